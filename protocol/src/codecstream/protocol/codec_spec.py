@@ -1,0 +1,52 @@
+"""The codec spec of Qwen3-TTS-Tokenizer-12Hz and the check that a decoder fits a stream."""
+
+from __future__ import annotations
+
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
+from codecstream.protocol.errors import CodecMismatchError
+from codecstream.v1 import codec_pb2
+
+QWEN3_TTS_12HZ_NAME = "qwen3-tts-tokenizer-12hz"
+QWEN3_TTS_12HZ_VERSION = "v2"
+QWEN3_TTS_12HZ_LEFT_CONTEXT = 72
+
+_COMPARED_FIELDS = (
+    "codec_name",
+    "codec_version",
+    "num_codebooks",
+    "codebook_size",
+    "sample_rate_hz",
+    "samples_per_frame",
+    "decoder_left_context_frames",
+    "decoder_digest",
+)
+
+
+def qwen3_tts_12hz_spec(decoder_digest: str) -> codec_pb2.CodecSpec:
+    """The spec of the Qwen3-TTS 12 Hz codec ("tokenizer v2") for the given decoder weights."""
+    return codec_pb2.CodecSpec(
+        codec_name=QWEN3_TTS_12HZ_NAME,
+        codec_version=QWEN3_TTS_12HZ_VERSION,
+        num_codebooks=NUM_CODEBOOKS,
+        codebook_size=CODEBOOK_SIZE,
+        sample_rate_hz=SAMPLE_RATE_HZ,
+        samples_per_frame=SAMPLES_PER_FRAME,
+        decoder_left_context_frames=QWEN3_TTS_12HZ_LEFT_CONTEXT,
+        decoder_digest=decoder_digest,
+    )
+
+
+def spec_differences(expected: codec_pb2.CodecSpec, actual: codec_pb2.CodecSpec) -> list[str]:
+    """Human-readable differences, e.g. ["decoder_digest: expected sha256:ab.., got sha256:cd.."]."""
+    return [
+        f"{field}: expected {getattr(expected, field)!r}, got {getattr(actual, field)!r}"
+        for field in _COMPARED_FIELDS
+        if getattr(expected, field) != getattr(actual, field)
+    ]
+
+
+def require_same_codec(decoder: codec_pb2.CodecSpec, stream: codec_pb2.CodecSpec, decoder_name: str = "decoder") -> None:
+    """Raise CodecMismatchError unless `decoder` can decode codes described by `stream`."""
+    differences = spec_differences(stream, decoder)
+    if differences:
+        raise CodecMismatchError(f"{decoder_name} does not match the stream's codec ({'; '.join(differences)})")

@@ -1,0 +1,39 @@
+"""The one interface every decoder runtime implements: codes in, PCM out, state kept inside.
+
+Eager PyTorch, torch.export (.pt2), ExecuTorch (.pte) and ONNX Runtime decoders all look like this
+to the client, so the client can pick whichever is installed.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 24_000
+SAMPLES_PER_FRAME = 1_920
+NUM_CODEBOOKS = 16
+CODEBOOK_SIZE = 2_048
+
+
+class FrameDecoder(abc.ABC):
+    """Decodes a stream of code frames chunk by chunk.
+
+    `decode` returns exactly `len(codes) * samples_per_frame` float32 samples in [-1, 1] for the
+    frames it is given, conditioned on every frame given before (within the decoder's context).
+    """
+
+    sample_rate: int = SAMPLE_RATE_HZ
+    samples_per_frame: int = SAMPLES_PER_FRAME
+
+    @abc.abstractmethod
+    def prime(self, codes: np.ndarray) -> None:
+        """Feed frames as left context that produce no samples (voice-clone reference codes)."""
+
+    @abc.abstractmethod
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """Decode `codes` of shape (k, 16), integer, into k * 1920 float32 samples."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forget all context: the next `decode` starts a new utterance."""

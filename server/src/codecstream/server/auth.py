@@ -1,0 +1,67 @@
+"""Bearer-token authentication: `authorization: Bearer <token>` metadata on every call."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import pathlib
+
+import grpc
+
+#: Health checks and reflection stay open so load balancers and grpcurl work without a token.
+UNAUTHENTICATED_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def bearer_token(metadata) -> str:
+    for key, value in metadata or ():
+        if key == "authorization" and value.startswith("Bearer "):
+            return value.removeprefix("Bearer ").strip()
+    return ""
+
+
+def token_identity(token: str) -> str:
+    """A loggable name for a token that does not reveal it."""
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def load_tokens(path: pathlib.Path | str) -> frozenset[str]:
+    """One token per line; blank lines and lines starting with # are ignored."""
+    lines = pathlib.Path(path).read_text().splitlines()
+    tokens = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not tokens:
+        raise ValueError(f"auth token file {path} holds no token")
+    return tokens
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, tokens: frozenset[str]) -> None:
+        self._tokens = tokens
+
+    def _valid(self, token: str) -> bool:
+        return any(hmac.compare_digest(token, known) for known in self._tokens)
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(UNAUTHENTICATED_SERVICES):
+            return handler
+        token = bearer_token(handler_call_details.invocation_metadata)
+        if token and self._valid(token):
+            return handler
+        message = "missing bearer token (authorization metadata)" if not token else "bearer token not accepted"
+        return _refusal_like(handler, message)
+
+
+def _refusal_like(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same call shape as `handler` that only answers UNAUTHENTICATED."""
+
+    async def refuse(request_or_iterator, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    shape = (handler.request_streaming, handler.response_streaming)
+    make = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[shape]
+    return make(refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)

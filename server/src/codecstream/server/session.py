@@ -1,0 +1,258 @@
+"""One synthesis stream on the server: generation, chunking, the retained chunks for Resume, End.
+
+A session outlives its connection: generation runs in its own task and appends Chunks; a
+connection follows the session from some seq on. That is what lets a client reattach (Resume)
+without re-synthesis, and what makes cancel, disconnect and shutdown one code path: `stop()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+from google.protobuf import timestamp_pb2
+
+from codecstream.protocol.chunking import ChunkSchedule
+from codecstream.protocol.codes import pack_codes
+from codecstream.server.metrics import Metrics
+from codecstream.server.source import CodeStream, StopReason
+from codecstream.v1 import synthesis_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class ResumeUnavailable(Exception):
+    """A Resume that cannot be served; `status` is the gRPC status code name."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclasses.dataclass
+class StopRequest:
+    reason: int
+    message: str = ""
+    played_frames: int = 0
+
+
+class StreamSession:
+    def __init__(
+        self,
+        stream_id: str,
+        code_stream: CodeStream,
+        schedule: ChunkSchedule,
+        max_frames: int,
+        client_request_id: str,
+        resumable: bool,
+        retained_chunks: int,
+        metrics: Metrics,
+    ) -> None:
+        self.stream_id = stream_id
+        self.resumable = resumable
+        self._code_stream = code_stream
+        self._schedule = schedule
+        self._max_frames = max_frames
+        self._retained_limit = retained_chunks
+        self._metrics = metrics
+        self._started = time.monotonic()
+        started_at = timestamp_pb2.Timestamp()
+        started_at.GetCurrentTime()
+        reference = code_stream.reference_codes
+        self.header = pb.Header(
+            stream_id=stream_id,
+            reference_codes=pack_codes(reference) if len(reference) else b"",
+            reference_frames=len(reference),
+            client_request_id=client_request_id,
+            started_at=started_at,
+            max_frames=max_frames,
+        )
+        #: Chunks not yet dropped: unsent ones always, sent ones until acked (resumable streams).
+        self._chunks: collections.deque[pb.Chunk] = collections.deque()
+        self._next_seq = 0
+        self._frames_sent_in_chunks = 0
+        self._first_frame_us = 0
+        self._last_sent_seq = -1
+        self._stop: StopRequest | None = None
+        self.end: pb.End | None = None
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task | None = None
+        self.attached = False
+        self._detach_timer: asyncio.TimerHandle | None = None
+
+    # -- generation --------------------------------------------------------------------------
+
+    def start(self, codec) -> None:
+        self.header.codec.CopyFrom(codec)
+        self._task = asyncio.create_task(self._generate(), name=f"generate-{self.stream_id}")
+
+    def _elapsed_us(self) -> int:
+        return int((time.monotonic() - self._started) * 1e6)
+
+    async def _generate(self) -> None:
+        sizes = iter(self._schedule)
+        target = next(sizes)
+        pending: list[np.ndarray] = []
+        pending_frames = 0
+        total = 0
+        last_step = None
+        reason, message = pb.END_REASON_EOS, ""
+        try:
+            async for frames in self._code_stream:
+                now = time.monotonic()
+                if last_step is not None:
+                    self._metrics.step_interval.observe(now - last_step)
+                last_step = now
+                if total == 0 and len(frames):
+                    self._first_frame_us = self._elapsed_us()
+                    self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
+                room = self._max_frames - total
+                frames = frames[:room]
+                total += len(frames)
+                pending.append(frames)
+                pending_frames += len(frames)
+                while pending_frames >= target:
+                    block = np.concatenate(pending)
+                    await self._emit(block[:target])
+                    rest = block[target:]
+                    pending, pending_frames = ([rest] if len(rest) else []), len(rest)
+                    target = next(sizes)
+                if total >= self._max_frames:
+                    reason = pb.END_REASON_MAX_FRAMES
+                    await self._code_stream.abort()
+                    break
+            else:
+                if self._code_stream.stop_reason is StopReason.MAX_FRAMES:
+                    reason = pb.END_REASON_MAX_FRAMES
+            if pending_frames:
+                await self._emit(np.concatenate(pending))
+        except asyncio.CancelledError:
+            # stop() cancelled generation: the engine request must not outlive it.
+            await self._code_stream.abort()
+            stop = self._stop or StopRequest(pb.END_REASON_CANCELLED)
+            reason, message = stop.reason, stop.message
+        except Exception as error:  # the engine failed: the client gets End(ERROR), not a hang
+            log.exception("stream %s: generation failed", self.stream_id)
+            await self._code_stream.abort()
+            reason, message = pb.END_REASON_ERROR, f"generation failed: {type(error).__name__}: {error}"
+            self._metrics.errors.labels(kind="generation").inc()
+        await self._finish(reason, message)
+
+    async def _emit(self, codes: np.ndarray) -> None:
+        async with self._changed:
+            self._chunks.append(
+                pb.Chunk(
+                    seq=self._next_seq,
+                    first_frame=self._frames_sent_in_chunks,
+                    num_frames=len(codes),
+                    codes=pack_codes(codes),
+                    generated_at_us=self._elapsed_us(),
+                )
+            )
+            self._next_seq += 1
+            self._frames_sent_in_chunks += len(codes)
+            self._changed.notify_all()
+        self._metrics.frames.inc(len(codes))
+
+    async def _finish(self, reason: int, message: str) -> None:
+        played = self._stop.played_frames if self._stop else 0
+        end = pb.End(
+            reason=reason,
+            frames_generated=self._frames_sent_in_chunks,
+            message=message,
+            stats=pb.StreamStats(
+                time_to_first_frame_us=self._first_frame_us,
+                duration_us=self._elapsed_us(),
+                chunks=self._next_seq,
+                played_frames=played,
+            ),
+        )
+        self._metrics.ended.labels(reason=pb.EndReason.Name(reason).removeprefix("END_REASON_").lower()).inc()
+        async with self._changed:
+            self.end = end
+            self._changed.notify_all()
+
+    async def stop(self, reason: int, message: str = "", played_frames: int = 0) -> None:
+        """End the stream now (cancel, disconnect, shutdown); returns once End is decided."""
+        if self.end is None and self._stop is None:
+            self._stop = StopRequest(reason, message, played_frames)
+            if self._task is not None:
+                self._task.cancel()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._task)
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+    # -- connections -------------------------------------------------------------------------
+
+    def check_resume(self, last_acked_seq: int | None) -> int:
+        """The first seq a reattaching client needs; raise ResumeUnavailable if it is gone."""
+        wanted = 0 if last_acked_seq is None else last_acked_seq + 1
+        if wanted > self._next_seq:
+            raise ResumeUnavailable(
+                "OUT_OF_RANGE", f"stream {self.stream_id} has sent seq 0..{self._next_seq - 1}, cannot resume after {last_acked_seq}"
+            )
+        oldest = self._chunks[0].seq if self._chunks else self._next_seq
+        if wanted < oldest:
+            raise ResumeUnavailable(
+                "OUT_OF_RANGE", f"stream {self.stream_id} no longer keeps seq {wanted} (oldest kept is {oldest})"
+            )
+        return wanted
+
+    async def follow(self, first_seq: int) -> AsyncIterator[pb.SynthesizeResponse]:
+        """Header, the chunks from `first_seq` on as they come, then End."""
+        yield pb.SynthesizeResponse(header=self.header)
+        next_seq = first_seq
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._next_seq > next_seq or self.end is not None)
+                ready = [chunk for chunk in self._chunks if chunk.seq >= next_seq]
+                # End is decided only after the last chunk is appended, so this snapshot is complete.
+                end = self.end
+            for chunk in ready:
+                sent = pb.Chunk()
+                sent.CopyFrom(chunk)
+                sent.sent_at_us = self._elapsed_us()
+                yield pb.SynthesizeResponse(chunk=sent)
+                next_seq = chunk.seq + 1
+                self._on_sent(chunk.seq)
+            if end is not None:
+                yield pb.SynthesizeResponse(end=end)
+                return
+
+    def _on_sent(self, seq: int) -> None:
+        self._last_sent_seq = max(self._last_sent_seq, seq)
+        if not self.resumable:
+            self.acknowledge(seq)
+            return
+        while len(self._chunks) > self._retained_limit and self._chunks[0].seq <= self._last_sent_seq:
+            self._chunks.popleft()
+
+    def acknowledge(self, seq: int) -> None:
+        """The client decoded up to `seq`: those chunks need not be kept for Resume."""
+        while self._chunks and self._chunks[0].seq <= min(seq, self._last_sent_seq):
+            self._chunks.popleft()
+
+    def attach(self) -> None:
+        if self._detach_timer is not None:
+            self._detach_timer.cancel()
+            self._detach_timer = None
+        self.attached = True
+
+    def detach(self, window_s: float, on_expiry) -> None:
+        """The connection went away. A resumable stream waits `window_s` for a Resume."""
+        self.attached = False
+        if self.resumable and window_s > 0:
+            self._detach_timer = asyncio.get_running_loop().call_later(window_s, on_expiry)
+        else:
+            on_expiry()
