@@ -1,0 +1,33 @@
+"""codecstream client: receive codec tokens over gRPC and turn them into audio on the device."""
+
+from codecstream.client.client import AsyncClient, Client, CodeStream
+from codecstream.client.code_stream import AsyncCodeStream
+from codecstream.client.errors import (
+    CodecMismatch,
+    CodecStreamError,
+    InvalidRequest,
+    ResourceExhausted,
+    ServerError,
+    StreamEnded,
+    StreamNotFound,
+    Unauthenticated,
+    Unavailable,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncCodeStream",
+    "Client",
+    "CodeStream",
+    "CodecMismatch",
+    "CodecStreamError",
+    "InvalidRequest",
+    "ResourceExhausted",
+    "ServerError",
+    "StreamEnded",
+    "StreamNotFound",
+    "Unauthenticated",
+    "Unavailable",
+]
