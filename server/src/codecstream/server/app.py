@@ -44,18 +44,24 @@ class CodecStreamServer:
         self.options = options
         self.metrics = Metrics()
         self.service = SynthesisService(source, options.limits, self.metrics)
-        self.health = health.aio.HealthServicer()
-        interceptors = [BearerTokenInterceptor(options.auth_tokens)] if options.auth_tokens else []
-        # Many concurrent streams, each a long-lived call: no per-call thread pool is involved in aio.
-        self.server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
-        synthesis_pb2_grpc.add_SynthesisServiceServicer_to_server(self.service, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.health: health.aio.HealthServicer | None = None
+        self.server: grpc.aio.Server | None = None
         self.port = 0
         self._metrics_http = None
 
+    def _build_server(self) -> grpc.aio.Server:
+        # grpc.aio objects belong to the event loop they are created on: build them in start().
+        interceptors = [BearerTokenInterceptor(self.options.auth_tokens)] if self.options.auth_tokens else []
+        server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        self.health = health.aio.HealthServicer()
+        synthesis_pb2_grpc.add_SynthesisServiceServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        return server
+
     async def start(self) -> int:
         """Bind and start serving; return the bound port (useful with port 0)."""
+        self.server = self._build_server()
         address = f"{self.options.host}:{self.options.port}"
         if self.options.tls_cert or self.options.tls_key:
             if not (self.options.tls_cert and self.options.tls_key):

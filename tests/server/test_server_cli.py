@@ -1,0 +1,70 @@
+"""`codecstream-server` as an operator runs it: a real process, real port, clean errors and shutdown."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from codecstream.client import Client
+from codecstream.protocol import save_codes_file
+from tests.conftest import random_codes
+
+SERVER = [sys.executable, "-m", "codecstream.server.cli"]
+
+
+def run_server(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([*SERVER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_missing_codes_file_exits_1_with_one_line(tmp_path):
+    result = run_server("--replay", str(tmp_path / "none.npy"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"codecstream-server: error: {tmp_path / 'none.npy'}: no such codes file"]
+
+
+def test_corrupt_codes_file_exits_1_naming_the_problem(tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.full((3, 16), 4000, dtype=np.int16))
+    result = run_server("--replay", str(bad))
+    assert result.returncode == 1
+    assert "codes out of range: frame 0 codebook 0 has 4000" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_chunking_flag_exits_1(tmp_path):
+    codes = tmp_path / "c.npy"
+    save_codes_file(codes, random_codes(3))
+    result = run_server("--replay", str(codes), "--chunking", "2,0")
+    assert result.returncode == 1 and "chunk size 1 is 0 frames" in result.stderr
+
+
+def test_usage_error_exits_2():
+    assert run_server().returncode == 2
+
+
+def test_replay_server_process_serves_and_shuts_down_on_sigterm(tmp_path):
+    codes_file = tmp_path / "c.npy"
+    codes = random_codes(30)
+    save_codes_file(codes_file, codes)
+    port_file = tmp_path / "port"
+    process = subprocess.Popen(
+        [*SERVER, "--replay", str(codes_file), "--replay-fps", "0", "--port", "0", "--port-file", str(port_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        port = pathlib.Path(port_file).read_text()
+        with Client(f"127.0.0.1:{port}") as client:
+            received = np.concatenate([c.codes for c in client.stream_codes("Hi.")])
+        np.testing.assert_array_equal(received, codes)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "shutting down" in out
