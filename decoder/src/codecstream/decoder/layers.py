@@ -1,0 +1,197 @@
+"""The convolutional building blocks, each with a whole-signal `forward` and a streaming `step`.
+
+`step(x, states)` takes this block's state tensors (a list, in `state_shapes` order) and returns
+`(y, new_states)`. Every state is a fixed-size tensor sliced out of a concatenation, so a traced
+`step` has shapes affine in the chunk length and no Python-side memory. Starting a stream from
+zero histories reproduces `forward`'s zero left padding exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# (name, shape without the batch dimension)
+StateShape = tuple[str, tuple[int, ...]]
+
+
+class CausalConv1d(nn.Module):
+    """Conv1d that sees only the past: left padding of (k-1)*d, output length = input length."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1,
+                 groups: int = 1) -> None:  # fmt: skip
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context = (kernel_size - 1) * dilation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (self.context, 0)))
+
+    def state_shapes(self) -> list[StateShape]:
+        if self.context == 0:
+            return []
+        return [("history", (self.conv.in_channels, self.context))]
+
+    def step(self, x: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if self.context == 0:
+            return self.conv(x), []
+        padded = torch.cat([states[0], x], dim=-1)
+        return self.conv(padded), [padded[..., padded.shape[-1] - self.context :]]
+
+
+class CausalTransposedConv1d(nn.Module):
+    """ConvTranspose1d with stride s and kernel s or 2s, trimmed to exactly s outputs per input.
+
+    With kernel 2s each input sample also writes into the next input's s outputs; streaming keeps
+    the last input column (`carry`) and recomputes that overlap, which matches the whole-signal
+    sum term for term.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
+        super().__init__()
+        if kernel_size % stride:
+            raise ValueError(f"kernel_size {kernel_size} must be a multiple of stride {stride}")
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.carry_columns = kernel_size // stride - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)[..., : x.shape[-1] * self.stride]
+
+    def state_shapes(self) -> list[StateShape]:
+        if self.carry_columns == 0:
+            return []
+        return [("carry", (self.conv.in_channels, self.carry_columns))]
+
+    def step(self, x: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if self.carry_columns == 0:
+            return self.forward(x), []
+        padded = torch.cat([states[0], x], dim=-1)
+        start = self.carry_columns * self.stride
+        y = self.conv(padded)[..., start : start + x.shape[-1] * self.stride]
+        return y, [padded[..., padded.shape[-1] - self.carry_columns :]]
+
+
+class SnakeBeta(nn.Module):
+    """x + 1/(exp(beta) + 1e-9) * sin^2(exp(alpha) * x), per channel.
+
+    The exponentials are precomputed into buffers by `refresh()` so that an exported graph holds
+    constants instead of recomputing exp() every call.
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("exp_alpha", torch.ones(channels, 1), persistent=False)
+        self.register_buffer("inv_beta", torch.ones(channels, 1), persistent=False)
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        self.exp_alpha.copy_(torch.exp(self.alpha).unsqueeze(-1))
+        self.inv_beta.copy_((1.0 / (torch.exp(self.beta) + 1e-9)).unsqueeze(-1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.inv_beta * torch.pow(torch.sin(x * self.exp_alpha), 2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise causal conv k7, LayerNorm, 4x pointwise MLP with GELU, scaled by gamma, residual."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, kernel_size=7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+
+    def _pointwise(self, x: torch.Tensor, mixed: torch.Tensor) -> torch.Tensor:
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(mixed.transpose(1, 2)))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._pointwise(x, self.dwconv(x))
+
+    def state_shapes(self) -> list[StateShape]:
+        return [(f"dwconv.{name}", shape) for name, shape in self.dwconv.state_shapes()]
+
+    def step(self, x: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        mixed, new_states = self.dwconv.step(x, states)
+        return self._pointwise(x, mixed), new_states
+
+
+class ResidualUnit(nn.Module):
+    """SnakeBeta, causal conv k7 with dilation d, SnakeBeta, conv k1, plus the input."""
+
+    def __init__(self, dim: int, dilation: int) -> None:
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, kernel_size=7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv2(self.act2(self.conv1(self.act1(x))))
+
+    def state_shapes(self) -> list[StateShape]:
+        return [(f"conv1.{name}", shape) for name, shape in self.conv1.state_shapes()]
+
+    def step(self, x: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        h, new_states = self.conv1.step(self.act1(x), states)
+        return x + self.conv2(self.act2(h)), new_states
+
+
+class DecoderBlock(nn.Module):
+    """SnakeBeta, causal transposed conv (k=2r, s=r) halving the channels, residual units d=1,3,9."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int) -> None:
+        super().__init__()
+        self.block = nn.ModuleList(
+            [SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate)]
+            + [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.block:
+            x = layer(x)
+        return x
+
+    def state_shapes(self) -> list[StateShape]:
+        return [
+            (f"block.{index}.{name}", shape)
+            for index, layer in enumerate(self.block)
+            if not isinstance(layer, SnakeBeta)
+            for name, shape in layer.state_shapes()
+        ]
+
+    def step(self, x: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return step_sequence(list(self.block), x, states)
+
+
+def step_sequence(layers: list[nn.Module], x: torch.Tensor,
+                  states: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+    """Step a chain of layers, handing each the slice of `states` its `state_shapes` declares."""
+    new_states: list[torch.Tensor] = []
+    offset = 0
+    for layer in layers:
+        if isinstance(layer, SnakeBeta):
+            x = layer(x)
+            continue
+        count = len(layer.state_shapes())
+        x, layer_states = layer.step(x, states[offset : offset + count])
+        new_states.extend(layer_states)
+        offset += count
+    return x, new_states
+
+
+def chain_state_shapes(named_layers: list[tuple[str, nn.Module]]) -> list[StateShape]:
+    return [
+        (f"{prefix}.{name}", shape)
+        for prefix, layer in named_layers
+        if not isinstance(layer, SnakeBeta)
+        for name, shape in layer.state_shapes()
+    ]
