@@ -9,6 +9,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from codecstream.client import Client, Unauthenticated
+from tests.conftest import random_codes
 
 TOKEN = "s3cret-token"
 
@@ -70,14 +71,14 @@ def test_plaintext_client_cannot_talk_to_a_tls_server(replay_server_factory, sel
 
 
 def test_metrics_count_streams_frames_and_cancels(replay_server_factory):
-    server = replay_server_factory(metrics_port=0)
+    server = replay_server_factory(codes=random_codes(400), fps=100.0, metrics_port=0)
     with Client(server.target) as client:
-        list(client.stream_codes("Hi."))
+        list(client.stream_codes("Hi.", max_frames=20))
         stream = client.stream_codes("Hi.")
         next(stream)
         stream.cancel()
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.server.metrics_port}/metrics", timeout=5).read().decode()
     assert "codecstream_streams_started_total 2.0" in text
     assert 'codecstream_streams_ended_total{reason="cancelled"} 1.0' in text
-    assert 'codecstream_streams_ended_total{reason="eos"} 1.0' in text
+    assert 'codecstream_streams_ended_total{reason="max_frames"} 1.0' in text
     assert "codecstream_time_to_first_frame_seconds_count 2.0" in text

@@ -88,6 +88,13 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def stop(self) -> None:
+        async def cancel_pending() -> None:
+            pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        self.run(cancel_pending())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
 

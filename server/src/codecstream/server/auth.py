@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import pathlib
@@ -57,11 +58,21 @@ def _refusal_like(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMetho
     async def refuse(request_or_iterator, context):
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    shape = (handler.request_streaming, handler.response_streaming)
+    async def refuse_streaming(request_or_iterator, context):
+        # grpc.aio wants an async generator for streamed responses; this one aborts before yielding.
+        # Reading the first message before aborting avoids a race in which the client, still
+        # sending, sees INTERNAL instead of UNAUTHENTICATED.
+        if handler.request_streaming:
+            with contextlib.suppress(StopAsyncIteration, grpc.RpcError):
+                await anext(request_or_iterator.__aiter__())
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield
+
     make = {
         (False, False): grpc.unary_unary_rpc_method_handler,
         (False, True): grpc.unary_stream_rpc_method_handler,
         (True, False): grpc.stream_unary_rpc_method_handler,
         (True, True): grpc.stream_stream_rpc_method_handler,
-    }[shape]
-    return make(refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+    }[(handler.request_streaming, handler.response_streaming)]
+    behaviour = refuse_streaming if handler.response_streaming else refuse
+    return make(behaviour, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)

@@ -72,17 +72,14 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         else:
             await self._reject(context, "INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'an empty message'}")
 
-        handler = asyncio.current_task()
         violation: list[str] = []
-        reader = asyncio.create_task(self._read_control(requests, session, handler, violation))
+        violated = asyncio.Event()
+        reader = asyncio.create_task(self._read_control(requests, session, violation, violated))
         delivered_end = False
         try:
-            async for response in session.follow(first_seq):
+            async for response in _until_set(session.follow(first_seq), violated):
                 yield response
                 delivered_end = response.HasField("end")
-        except asyncio.CancelledError:
-            if not violation:
-                raise
         finally:
             reader.cancel()
             if delivered_end:
@@ -157,7 +154,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         log.info("stream %s resumed from seq %d", session.stream_id, first_seq)
         return session, first_seq
 
-    async def _read_control(self, requests, session: StreamSession, handler: asyncio.Task, violation: list[str]) -> None:
+    async def _read_control(self, requests, session: StreamSession, violation: list[str], violated: asyncio.Event) -> None:
         """Apply Cancel and Ack as they arrive; a forbidden message ends the call with INVALID_ARGUMENT."""
         try:
             async for message in requests:
@@ -170,7 +167,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                     raise ProtocolViolation(f"{kind or 'empty message'} after the first message: only cancel and ack may follow")
         except ProtocolViolation as error:
             violation.append(str(error))
-            handler.cancel()
+            violated.set()
         except (asyncio.CancelledError, grpc.RpcError):
             pass  # the call is over; the handler decides what happens to the session
 
@@ -216,3 +213,21 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         )
         with contextlib.suppress(Exception):
             await self.source.close()
+
+
+async def _until_set(responses: AsyncIterator[pb.SynthesizeResponse], stop: asyncio.Event) -> AsyncIterator[pb.SynthesizeResponse]:
+    """The items of `responses` until `stop` is set, whichever comes first."""
+    stop_waiter = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(responses))
+            await asyncio.wait((following, stop_waiter), return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                return
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stop_waiter.cancel()
