@@ -1,0 +1,59 @@
+"""`codecstream`: the command line of the client (other distributions add commands to it).
+
+Commands register through the `codecstream.commands` entry-point group: each entry point is a
+function `register(subparsers)` that adds one sub-parser whose `handler(args) -> int` runs it.
+The exporter adds `export-decoder` and `parity` this way, so the client stays installable alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+
+from codecstream.client.errors import CodecStreamError
+from codecstream.protocol.errors import ProtocolError
+
+
+class CommandError(Exception):
+    """A reason a command failed, printed as one line; `exit_code` defaults to 1."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codecstream", description="codecstream client tools")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for entry_point in sorted(entry_points(group="codecstream.commands"), key=lambda e: e.name):
+        try:
+            register = entry_point.load()
+        except ImportError as error:
+            # A command whose distribution is half-installed must not break the others.
+            broken = subparsers.add_parser(entry_point.name, help=f"(unavailable: {error})")
+            broken.set_defaults(handler=lambda args, e=error, n=entry_point.name: _unavailable(n, e))
+            continue
+        register(subparsers)
+    return parser
+
+
+def _unavailable(name: str, error: ImportError) -> int:
+    raise CommandError(f"command {name} is unavailable: {error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print("codecstream: interrupted", file=sys.stderr)
+        return 130
+    except (CommandError, CodecStreamError, ProtocolError, OSError) as error:
+        print(f"codecstream {args.command}: error: {error}", file=sys.stderr)
+        return getattr(error, "exit_code", 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The client's own commands: `info` (what a server offers) and `record` (save a stream's codes)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+from codecstream.client.client import Client
+from codecstream.protocol.codes_file import save_codes_file
+from codecstream.v1 import synthesis_pb2 as pb
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT of a codecstream server")
+    parser.add_argument("--tls", nargs="?", const=True, default=False, metavar="ROOT_CERT", help="use TLS (optionally with a PEM root certificate)")
+    parser.add_argument("--token", help="bearer token, if the server requires one")
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="text to speak")
+    parser.add_argument("--voice", default="", help="speaker (see `codecstream info`)")
+    parser.add_argument("--language", default="", help="language of the text (default: detected)")
+    parser.add_argument("--instructions", default="", help="style instructions, or the voice description for VoiceDesign")
+    parser.add_argument("--task-type", default="CustomVoice", choices=["CustomVoice", "VoiceDesign", "Base"])
+    parser.add_argument("--reference-audio", type=pathlib.Path, help="WAV/FLAC to clone (task type Base)")
+    parser.add_argument("--reference-text", default="", help="what the reference audio says")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--max-frames", type=int, default=0)
+    parser.add_argument("--chunking", help="chunk sizes in frames, e.g. 2,4,8,16,25")
+
+
+def request_options(args: argparse.Namespace) -> dict:
+    options = {
+        "voice": args.voice,
+        "language": args.language,
+        "instructions": args.instructions,
+        "task_type": args.task_type,
+        "seed": args.seed,
+        "max_frames": args.max_frames,
+    }
+    if args.reference_audio:
+        options["reference_audio"] = args.reference_audio.read_bytes()
+        options["reference_text"] = args.reference_text
+    if args.chunking:
+        options["chunking"] = [int(part) for part in args.chunking.split(",")]
+    return options
+
+
+def connect(args: argparse.Namespace) -> Client:
+    return Client(args.server, tls=args.tls, token=args.token)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        info = client.codec_info()
+        voices = client.voices()
+    codec = info.codec
+    print(f"model            {info.model} (server {info.server_version})")
+    print(f"codec            {codec.codec_name} {codec.codec_version}: {codec.num_codebooks} x {codec.codebook_size}, "
+          f"{codec.sample_rate_hz} Hz, {codec.samples_per_frame} samples/frame, context {codec.decoder_left_context_frames}")  # fmt: skip
+    print(f"decoder digest   {codec.decoder_digest}")
+    print(f"task types       {', '.join(pb.TaskType.Name(t).removeprefix('TASK_TYPE_') for t in info.task_types)}")
+    print(f"languages        {', '.join(info.languages)}")
+    print(f"voices           {', '.join(v.name for v in voices)}")
+    print(f"limits           {info.max_text_chars} chars, {info.max_frames} frames, resume window {info.resume_window_ms} ms")
+    return 0
+
+
+def run_record(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        stream = client.stream_codes(args.text, **request_options(args))
+        chunks = [chunk.codes for chunk in stream]
+    codes = np.concatenate(chunks) if chunks else np.zeros((0, 16), np.int16)
+    save_codes_file(args.out, codes, stream.reference_codes if args.out.suffix == ".npz" else None)
+    reason = pb.EndReason.Name(stream.end.reason).removeprefix("END_REASON_")
+    print(f"{len(codes)} frames in {len(chunks)} chunks ({reason}) -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def register_info(subparsers) -> None:
+    parser = subparsers.add_parser("info", help="show a server's codec, voices, languages and limits")
+    add_connection_arguments(parser)
+    parser.set_defaults(handler=run_info)
+
+
+def register_record(subparsers) -> None:
+    parser = subparsers.add_parser("record", help="save the codes of one stream to a .npz/.npy file (for replay and parity)")
+    add_connection_arguments(parser)
+    add_request_arguments(parser)
+    parser.add_argument("--out", type=pathlib.Path, required=True, help="codes file to write (.npz keeps reference codes)")
+    parser.set_defaults(handler=run_record)
