@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import pathlib
 import threading
 from collections.abc import Coroutine, Iterator
@@ -14,6 +15,8 @@ from codecstream.client.channel import call_metadata, open_channel
 from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import build_start
+from codecstream.client.synthesis import AsyncAudioStream, PcmChunk, decoder_codec
+from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.reassembler import ReceivedChunk
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
@@ -43,6 +46,8 @@ class AsyncClient:
         self._stub = synthesis_pb2_grpc.SynthesisServiceStub(self._channel)
         self._metadata = call_metadata(token, bool(tls))
         self._resume_attempts = resume_attempts
+        # One decode thread per client: decoding never blocks the event loop that reads the network.
+        self._decode_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecstream-decode")
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -52,6 +57,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         await self._channel.close()
+        self._decode_thread.shutdown(wait=False)
 
     async def codec_info(self, timeout: float = 10.0) -> pb.GetCodecInfoResponse:
         try:
@@ -74,6 +80,25 @@ class AsyncClient:
         resumable, expected_codec.
         """
         return AsyncCodeStream(self._stub, build_start(text, **options), self._metadata, self._resume_attempts)
+
+    def synthesize(self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any) -> AsyncAudioStream:
+        """Start synthesizing `text`; iterate the result for decoded PcmChunks.
+
+        `decoder`: an opened decoder (codecstream.client.runtimes.open_decoder) or the directory of
+        a decoder artifact / checkpoint to open with `backend`. The server is told which decoder the
+        client has and refuses a stream its codes would not fit; options as for stream_codes.
+        """
+        decoder = resolve_decoder(decoder, backend)
+        options.setdefault("expected_codec", decoder_codec(decoder))
+        return AsyncAudioStream(self.stream_codes(text, **options), decoder, self._decode_thread)
+
+
+def resolve_decoder(decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto") -> FrameDecoder:
+    if isinstance(decoder, FrameDecoder):
+        return decoder
+    from codecstream.client.runtimes import open_decoder
+
+    return open_decoder(decoder, backend=backend)
 
 
 class _LoopThread:
@@ -138,6 +163,39 @@ class CodeStream:
         return getattr(self._stream, name)
 
 
+class AudioStream:
+    """Blocking twin of AsyncAudioStream: iterate for PcmChunks; `cancel()`, `header`, `end`, `stats`."""
+
+    def __init__(self, stream: AsyncAudioStream, loop: _LoopThread) -> None:
+        self._stream = stream
+        self._loop = loop
+
+    def open(self) -> pb.Header:
+        return self._loop.run(self._stream.open())
+
+    def __iter__(self) -> Iterator[PcmChunk]:
+        return self
+
+    def __next__(self) -> PcmChunk:
+        async def next_chunk():
+            try:
+                return await self._stream.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        chunk = self._loop.run(next_chunk())
+        if chunk is None:
+            raise StopIteration
+        return chunk
+
+    def cancel(self, played_frames: int = 0) -> pb.End | None:
+        return self._loop.run(self._stream.cancel(played_frames))
+
+    def __getattr__(self, name: str):
+        # header, end, stats, codes, decoder: read-only state.
+        return getattr(self._stream, name)
+
+
 class Client:
     """Blocking client with the methods of AsyncClient.
 
@@ -173,3 +231,7 @@ class Client:
 
     def stream_codes(self, text: str, **options: Any) -> CodeStream:
         return CodeStream(self._async.stream_codes(text, **options), self._loop)
+
+    def synthesize(self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any) -> AudioStream:
+        """Blocking twin of AsyncClient.synthesize: iterate for PcmChunks."""
+        return AudioStream(self._async.synthesize(text, decoder=decoder, backend=backend, **options), self._loop)

@@ -25,6 +25,8 @@ class ReceivedChunk:
     codes: np.ndarray
     generated_at_us: int
     sent_at_us: int
+    #: Serialized size of the SynthesizeResponse that carried it (for bytes-on-the-wire accounting).
+    message_bytes: int = 0
 
     @property
     def num_frames(self) -> int:
@@ -71,7 +73,8 @@ class StreamReassembler:
         if self.header is None:
             raise StreamOrderError(f"{kind or 'empty message'} before Header: Header must come first")
         if kind == "chunk":
-            return self._accept_chunk(message.chunk)
+            chunk = self._accept_chunk(message.chunk)
+            return dataclasses.replace(chunk, message_bytes=message.ByteSize())
         if kind == "end":
             self._accept_end(message.end)
             return None

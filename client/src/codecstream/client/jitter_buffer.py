@@ -1,0 +1,124 @@
+"""Between decode and the speaker: absorbs arrival jitter and decode-time spikes.
+
+The decoder thread pushes PCM as chunks are decoded; the audio callback pulls fixed blocks. Play
+starts once `playout_delay_s` of audio is buffered (or the stream has ended). The delay is chosen
+from what is measured — chunk decode times and how late chunks arrive against their real-time
+schedule — and grows after an underrun, so a slow device buffers more and a fast one starts sooner.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+import threading
+
+import numpy as np
+
+#: Added to the measured need: scheduling noise of the audio callback and the decode thread.
+SAFETY_MARGIN_S = 0.02
+MAX_PLAYOUT_DELAY_S = 1.0
+
+
+@dataclasses.dataclass
+class JitterStats:
+    playout_delay_s: float = 0.0
+    underruns: int = 0
+    stall_s: float = 0.0
+    dropped_s: float = 0.0
+    played_s: float = 0.0
+
+
+class JitterBuffer:
+    def __init__(self, sample_rate: int = 24_000, playout_delay_s: float | None = None) -> None:
+        self.sample_rate = sample_rate
+        self._fixed_delay = playout_delay_s
+        self._blocks: collections.deque[np.ndarray] = collections.deque()
+        self._offset = 0  # samples of _blocks[0] already played
+        self._buffered = 0
+        self._lock = threading.Lock()
+        self._started = False
+        self._ended = False
+        self._in_underrun = False
+        self._decode_s: list[float] = []
+        self._lateness_s: list[float] = []
+        self.stats = JitterStats(playout_delay_s=playout_delay_s or 0.0)
+
+    # -- producer (decode thread) --------------------------------------------------------------
+
+    def push(self, samples: np.ndarray, decode_s: float = 0.0, lateness_s: float = 0.0) -> None:
+        """Queue decoded samples; `decode_s` is what decoding them took, `lateness_s` how far behind
+        its real-time schedule the chunk arrived."""
+        with self._lock:
+            self._blocks.append(np.asarray(samples, dtype=np.float32))
+            self._buffered += len(samples)
+            self._decode_s.append(decode_s)
+            self._lateness_s.append(lateness_s)
+            if self._fixed_delay is None:
+                self.stats.playout_delay_s = max(self.stats.playout_delay_s, self._estimated_need())
+
+    def end_of_stream(self) -> None:
+        with self._lock:
+            self._ended = True
+
+    def _estimated_need(self) -> float:
+        decode = max(self._decode_s[-8:])
+        jitter = statistics.pstdev(self._lateness_s) if len(self._lateness_s) > 1 else 0.0
+        lateness = max(0.0, max(self._lateness_s))
+        return min(MAX_PLAYOUT_DELAY_S, decode + lateness + 2 * jitter + SAFETY_MARGIN_S)
+
+    # -- consumer (audio callback) -------------------------------------------------------------
+
+    @property
+    def buffered_s(self) -> float:
+        return self._buffered / self.sample_rate
+
+    @property
+    def finished(self) -> bool:
+        """The stream ended and everything buffered has been played."""
+        return self._ended and self._buffered == 0
+
+    def pull(self, frames: int) -> np.ndarray:
+        """Exactly `frames` samples: audio, or silence while waiting (counted as a stall once playing)."""
+        out = np.zeros(frames, dtype=np.float32)
+        with self._lock:
+            if not self._started:
+                if self._buffered / self.sample_rate < self.stats.playout_delay_s and not self._ended:
+                    return out
+                self._started = True
+            filled = 0
+            while filled < frames and self._blocks:
+                block = self._blocks[0]
+                take = min(frames - filled, len(block) - self._offset)
+                out[filled : filled + take] = block[self._offset : self._offset + take]
+                filled += take
+                self._offset += take
+                if self._offset == len(block):
+                    self._blocks.popleft()
+                    self._offset = 0
+            self._buffered -= filled
+            self.stats.played_s += filled / self.sample_rate
+            missing = frames - filled
+            if missing and not self._ended:
+                self.stats.stall_s += missing / self.sample_rate
+                if not self._in_underrun:
+                    self.stats.underruns += 1
+                    self._in_underrun = True
+                    if self._fixed_delay is None:
+                        # Re-buffer more next time: the measured need was too small.
+                        self.stats.playout_delay_s = min(MAX_PLAYOUT_DELAY_S, self.stats.playout_delay_s * 1.5 + SAFETY_MARGIN_S)
+                    self._started = False
+            elif filled:
+                self._in_underrun = False
+        return out
+
+    def clear(self) -> float:
+        """Drop everything queued (barge-in); return the seconds of audio dropped."""
+        with self._lock:
+            dropped = self._buffered / self.sample_rate
+            self._blocks.clear()
+            self._offset = 0
+            self._buffered = 0
+            self._ended = True
+            self.stats.dropped_s += dropped
+        return dropped

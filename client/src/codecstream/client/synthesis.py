@@ -1,0 +1,176 @@
+"""Codes in, PCM out: a stream of decoded audio chunks on top of a code stream.
+
+Chunks are received on the event loop (timestamped on arrival) and decoded on a worker thread, so
+a slow decode never delays reading the network. The decoder's codec spec is checked against the
+stream's Header before any audio is produced; voice-clone reference codes prime the decoder and
+are never returned as audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import time
+
+import numpy as np
+
+from codecstream.client.code_stream import AsyncCodeStream
+from codecstream.client.errors import CodecStreamError
+from codecstream.protocol.codec_spec import spec_differences
+from codecstream.protocol.decoding import FrameDecoder
+from codecstream.protocol.reassembler import ReceivedChunk
+from codecstream.v1 import synthesis_pb2 as pb
+
+#: gRPC length prefix (5 bytes) + HTTP/2 DATA frame header (9 bytes) around every message.
+FRAMING_BYTES_PER_MESSAGE = 14
+_DONE = object()
+
+
+class DecoderMismatch(CodecStreamError):
+    """The client's decoder cannot decode this stream (codec spec or weights digest differ)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PcmChunk:
+    """Decoded audio of one chunk: float32 samples in [-1, 1] at the stream's sample rate."""
+
+    seq: int
+    first_frame: int
+    num_frames: int
+    samples: np.ndarray
+    #: Seconds from the request to this chunk's arrival, and to the end of its decoding.
+    arrived_s: float
+    decoded_s: float
+    decode_s: float
+
+    def int16(self) -> np.ndarray:
+        return (np.clip(self.samples, -1.0, 1.0) * 32767.0).round().astype(np.int16)
+
+
+@dataclasses.dataclass
+class AudioStreamStats:
+    time_to_first_chunk_s: float | None = None
+    time_to_first_audio_s: float | None = None
+    chunks: int = 0
+    frames: int = 0
+    decode_s: float = 0.0
+    wire_bytes: int = 0
+    resumes: int = 0
+    decode_times_s: list[float] = dataclasses.field(default_factory=list)
+    arrival_times_s: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def audio_s(self) -> float:
+        return self.frames * 0.08
+
+    @property
+    def decode_rtf(self) -> float:
+        """Decode time per second of audio (< 1: faster than real time)."""
+        return self.decode_s / self.audio_s if self.frames else 0.0
+
+    @property
+    def wire_bytes_per_audio_second(self) -> float:
+        return self.wire_bytes / self.audio_s if self.frames else 0.0
+
+
+class AsyncAudioStream:
+    """Async iterator of PcmChunk; `cancel()` stops the server, drops pending audio, resets the decoder."""
+
+    def __init__(self, codes: AsyncCodeStream, decoder: FrameDecoder, executor: concurrent.futures.Executor) -> None:
+        self.codes = codes
+        self.decoder = decoder
+        self._executor = executor
+        self._arrivals: asyncio.Queue = asyncio.Queue()
+        self._receiver: asyncio.Task | None = None
+        self._started = 0.0
+        self._opened = False
+        self.stats = AudioStreamStats()
+
+    @property
+    def header(self) -> pb.Header | None:
+        return self.codes.header
+
+    @property
+    def end(self) -> pb.End | None:
+        return self.codes.end
+
+    async def open(self) -> pb.Header:
+        """Start the request, check the codec, prime the decoder; returns the Header."""
+        if self._opened:
+            return self.header
+        self._opened = True
+        self._started = time.monotonic()
+        header = await self.codes.open()
+        differences = spec_differences(header.codec, decoder_codec(self.decoder))
+        if differences:
+            await self.codes.cancel()
+            raise DecoderMismatch(f"the decoder does not match the stream's codec ({'; '.join(differences)})")
+        await self._in_worker(self.decoder.reset)
+        if len(self.codes.reference_codes):
+            await self._in_worker(self.decoder.prime, self.codes.reference_codes)
+        self._receiver = asyncio.create_task(self._receive())
+        return header
+
+    async def _in_worker(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    async def _receive(self) -> None:
+        try:
+            async for chunk in self.codes:
+                self._arrivals.put_nowait((chunk, time.monotonic() - self._started))
+            self._arrivals.put_nowait((_DONE, None))
+        except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            self._arrivals.put_nowait((error, None))
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> PcmChunk:
+        await self.open()
+        item, arrived_s = await self._arrivals.get()
+        if item is _DONE:
+            self.stats.resumes = self.codes.resumes
+            raise StopAsyncIteration
+        if isinstance(item, Exception):
+            raise item
+        chunk: ReceivedChunk = item
+        began = time.monotonic()
+        samples = await self._in_worker(self.decoder.decode, chunk.codes)
+        decode_s = time.monotonic() - began
+        decoded_s = time.monotonic() - self._started
+        self.codes.ack(chunk.seq)
+        self._account(chunk, arrived_s, decoded_s, decode_s)
+        return PcmChunk(chunk.seq, chunk.first_frame, chunk.num_frames, samples, arrived_s, decoded_s, decode_s)
+
+    def _account(self, chunk: ReceivedChunk, arrived_s: float, decoded_s: float, decode_s: float) -> None:
+        stats = self.stats
+        if stats.time_to_first_chunk_s is None:
+            stats.time_to_first_chunk_s = arrived_s
+            stats.time_to_first_audio_s = decoded_s
+        stats.chunks += 1
+        stats.frames += chunk.num_frames
+        stats.decode_s += decode_s
+        stats.decode_times_s.append(decode_s)
+        stats.arrival_times_s.append(arrived_s)
+        stats.wire_bytes += chunk.message_bytes + FRAMING_BYTES_PER_MESSAGE
+
+    async def cancel(self, played_frames: int = 0) -> pb.End | None:
+        """Barge-in: stop the server stream, discard undecoded chunks, reset the decoder."""
+        end = await self.codes.cancel(played_frames)
+        if self._receiver is not None:
+            await asyncio.gather(self._receiver, return_exceptions=True)
+        while not self._arrivals.empty():
+            self._arrivals.get_nowait()
+        self._arrivals.put_nowait((_DONE, None))
+        await self._in_worker(self.decoder.reset)
+        return end
+
+
+def decoder_codec(decoder: FrameDecoder):
+    codec = getattr(decoder, "codec", None)
+    if codec is None:
+        raise DecoderMismatch(
+            f"{type(decoder).__name__} does not say which codec it decodes: open it with codecstream.client.runtimes.open_decoder"
+        )
+    return codec

@@ -1,0 +1,65 @@
+import numpy as np
+
+from codecstream.client.jitter_buffer import SAFETY_MARGIN_S, JitterBuffer
+
+RATE = 24_000
+
+
+def tone(seconds: float, value: float = 0.5) -> np.ndarray:
+    return np.full(int(seconds * RATE), value, dtype=np.float32)
+
+
+def test_playback_waits_for_the_playout_delay_then_plays_in_order():
+    buffer = JitterBuffer(RATE, playout_delay_s=0.1)
+    buffer.push(tone(0.05, 0.1))
+    assert not buffer.pull(480).any()  # 50 ms buffered < 100 ms delay: silence, not a stall
+    buffer.push(tone(0.05, 0.2))
+    out = np.concatenate([buffer.pull(480) for _ in range(5)])
+    np.testing.assert_allclose(out[:1200], 0.1)
+    np.testing.assert_allclose(out[1200:2400], 0.2)
+    assert buffer.stats.underruns == 0 and buffer.stats.stall_s == 0
+
+
+def test_running_dry_counts_one_underrun_and_the_stall_time():
+    buffer = JitterBuffer(RATE, playout_delay_s=0.0)
+    buffer.push(tone(0.02))
+    buffer.pull(480)
+    for _ in range(5):
+        buffer.pull(480)
+    assert buffer.stats.underruns == 1
+    assert abs(buffer.stats.stall_s - 5 * 0.02) < 1e-9
+
+
+def test_end_of_stream_plays_the_tail_without_waiting_and_is_not_a_stall():
+    buffer = JitterBuffer(RATE, playout_delay_s=0.5)
+    buffer.push(tone(0.01))
+    buffer.end_of_stream()
+    assert buffer.pull(480).any()
+    buffer.pull(480)
+    assert buffer.finished and buffer.stats.underruns == 0
+
+
+def test_clear_drops_queued_audio_at_once():
+    buffer = JitterBuffer(RATE, playout_delay_s=0.0)
+    buffer.push(tone(1.0))
+    buffer.pull(480)
+    dropped = buffer.clear()
+    assert abs(dropped - (1.0 - 0.02)) < 1e-6
+    assert not buffer.pull(480).any() and buffer.finished
+
+
+def test_automatic_delay_covers_measured_decode_time_and_lateness():
+    buffer = JitterBuffer(RATE)
+    buffer.push(tone(0.16), decode_s=0.03, lateness_s=0.0)
+    buffer.push(tone(0.32), decode_s=0.05, lateness_s=0.04)
+    assert buffer.stats.playout_delay_s >= 0.05 + 0.04 + SAFETY_MARGIN_S
+
+
+def test_automatic_delay_grows_after_an_underrun():
+    buffer = JitterBuffer(RATE)
+    buffer.push(tone(0.05), decode_s=0.01)
+    before = buffer.stats.playout_delay_s
+    for _ in range(5):
+        buffer.pull(480)
+    assert buffer.stats.underruns == 1
+    assert buffer.stats.playout_delay_s > before
