@@ -1,0 +1,97 @@
+"""`codecstream say`: speak text through a server, decoding on this device; play it and/or save a WAV."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
+from codecstream.client.cli import CommandError
+from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
+from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.v1 import synthesis_pb2 as pb
+
+
+class LiveLine:
+    """One status line, rewritten in place on a terminal, printed once at the end otherwise."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self._stream = stream
+        self._interactive = stream.isatty()
+
+    def update(self, text: str) -> None:
+        if self._interactive:
+            self._stream.write("\r\033[K" + text)
+            self._stream.flush()
+
+    def finish(self, text: str) -> None:
+        self._stream.write(("\r\033[K" if self._interactive else "") + text + "\n")
+        self._stream.flush()
+
+
+def run_say(args: argparse.Namespace) -> int:
+    if not args.out and not args.play:
+        raise CommandError("nothing to do with the audio: pass --out FILE.wav and/or --play", exit_code=2)
+    buffer = JitterBuffer()
+    speaker = None
+    if args.play:
+        try:
+            speaker = Speaker(buffer)
+        except AudioDeviceUnavailable as error:
+            if not args.out:
+                raise CommandError(str(error)) from None
+            print(f"codecstream say: {error}; writing {args.out} only", file=sys.stderr)
+    line = LiveLine()
+    wav = WavWriter(args.out) if args.out else None
+    with connect(args) as client:
+        stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **request_options(args))
+        try:
+            for chunk in stream:
+                if wav:
+                    wav.write(chunk.samples)
+                if speaker:
+                    buffer.push(chunk.samples, chunk.decode_s, max(0.0, chunk.arrived_s - chunk.first_frame * 0.08))
+                stats = stream.stats
+                line.update(
+                    f"first audio {stats.time_to_first_audio_s * 1000:.0f} ms | decode RTF {stats.decode_rtf:.2f} | "
+                    f"buffer {buffer.buffered_s:.2f} s | {stats.audio_s:.1f} s audio"
+                )
+            buffer.end_of_stream()
+            while speaker and not buffer.finished:
+                time.sleep(0.02)
+        except KeyboardInterrupt:
+            played = int(buffer.stats.played_s / 0.08) if speaker else stream.stats.frames
+            buffer.clear()
+            stream.cancel(played_frames=played)
+            line.finish(f"cancelled after {stream.stats.audio_s:.1f} s of audio (server: {_reason(stream.end)})")
+            raise
+        finally:
+            if speaker:
+                speaker.close()
+            if wav:
+                wav.close()
+    stats = stream.stats
+    first = f"{stats.time_to_first_audio_s * 1000:.0f} ms" if stats.time_to_first_audio_s is not None else "none"
+    line.finish(
+        f"{stats.audio_s:.2f} s of audio ({_reason(stream.end)}), first audio {first}, decode RTF {stats.decode_rtf:.2f}, "
+        f"{stats.wire_bytes_per_audio_second:.0f} B/s on the wire, underruns {buffer.stats.underruns}"
+        + (f" -> {args.out}" if args.out else "")
+    )
+    return 0
+
+
+def _reason(end: pb.End | None) -> str:
+    return pb.EndReason.Name(end.reason).removeprefix("END_REASON_") if end else "no End"
+
+
+def register_say(subparsers) -> None:
+    parser = subparsers.add_parser("say", help="speak text: stream codes from a server, decode here, play and/or save")
+    add_connection_arguments(parser)
+    add_request_arguments(parser)
+    parser.add_argument("--out", type=pathlib.Path, help="write a 16-bit WAV file")
+    parser.add_argument("--play", action="store_true", help="play through the default output device")
+    parser.add_argument("--decoder", required=True, help="decoder artifact directory (codecstream export-decoder) or checkpoint")
+    parser.add_argument("--backend", default="auto", choices=["auto", "onnx", "pte", "pt2", "torch"], help="decoder runtime")
+    parser.set_defaults(handler=run_say)
