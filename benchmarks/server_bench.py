@@ -1,0 +1,198 @@
+"""Server benchmarks. Writes JSON (and a PNG) under benchmarks/results/.
+
+Part `grpc` (replay source, so the engine is not the limit): what the gRPC layer adds per chunk,
+from the moment a chunk's last frame is generated to the moment the client has parsed it, and how
+many concurrent streams one server process holds at the codec's real-time pace of 12.5 frames/s.
+Part `engine`: time to first frame and per-step cadence of the real vLLM-Omni talker on this CPU.
+
+    .venv/bin/python benchmarks/server_bench.py grpc --streams 1,100,500,1000
+    .venv/bin/python benchmarks/server_bench.py engine --preset tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from codecstream.client import AsyncClient
+from codecstream.protocol import save_codes_file
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    import grpc
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    array = np.asarray(values)
+    return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
+
+
+class ReplayServerProcess:
+    """`codecstream-server --replay` in its own process, as an operator would run it."""
+
+    def __init__(self, frames: int, fps: float, max_streams: int) -> None:
+        self._folder = tempfile.TemporaryDirectory()
+        folder = pathlib.Path(self._folder.name)
+        codes = np.random.default_rng(0).integers(0, 2048, (frames, 16), dtype=np.int16)
+        save_codes_file(folder / "codes.npy", codes)
+        port_file = folder / "port"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(folder / "codes.npy"), "--replay-fps", str(fps),
+             "--port", "0", "--port-file", str(port_file), "--max-streams", str(max_streams), "--log-level", "WARNING",
+             "--resume-window", "0"],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text()):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("replay server did not start")
+            time.sleep(0.05)
+        self.target = f"127.0.0.1:{port_file.read_text()}"
+
+    def cpu_seconds(self) -> float:
+        fields = pathlib.Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+        self._folder.cleanup()
+
+
+async def one_stream(client: AsyncClient, chunking: list[int], record: dict) -> None:
+    stream = client.stream_codes("benchmark", chunking=chunking, resumable=False)
+    header = await stream.open()
+    started = header.started_at.seconds + header.started_at.nanos / 1e9
+    async for chunk in stream:
+        arrived = time.time()
+        # Generation-to-parsed latency of this chunk: serialization, HTTP/2, socket, parsing.
+        record["overhead_s"].append(arrived - (started + chunk.generated_at_us / 1e6))
+        # The server's own share: from generated to handed to the transport.
+        record["server_queue_s"].append((chunk.sent_at_us - chunk.generated_at_us) / 1e6)
+        # Lateness against the real-time schedule of a 12.5 frames/s stream.
+        due = started + (chunk.first_frame + chunk.num_frames) / 12.5
+        record["lateness_s"].append(arrived - due)
+    record["frames"] += stream.end.frames_generated
+    record["ended"] += 1
+
+
+async def run_concurrent(target: str, streams: int, chunking: list[int], channels: int) -> dict:
+    clients = [AsyncClient(target) for _ in range(channels)]
+    record = {"overhead_s": [], "server_queue_s": [], "lateness_s": [], "frames": 0, "ended": 0}
+    try:
+        await asyncio.gather(*(one_stream(clients[i % channels], chunking, record) for i in range(streams)))
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    return record
+
+
+def bench_grpc(args: argparse.Namespace) -> dict:
+    results = []
+    for streams in args.streams:
+        server = ReplayServerProcess(args.frames, 12.5, max_streams=max(streams, 1))
+        try:
+            cpu_before, wall_before = server.cpu_seconds(), time.monotonic()
+            record = asyncio.run(run_concurrent(server.target, streams, args.chunking, channels=max(1, streams // 100)))
+            wall = time.monotonic() - wall_before
+            cpu = server.cpu_seconds() - cpu_before
+        finally:
+            server.close()
+        audio_s = args.frames / 12.5
+        entry = {
+            "streams": streams,
+            "completed": record["ended"],
+            "frames": record["frames"],
+            "wall_s": wall,
+            "audio_s_per_stream": audio_s,
+            "server_cpu_s": cpu,
+            "server_cpu_cores": cpu / wall,
+            "overhead_ms": {k: v * 1000 for k, v in percentiles(record["overhead_s"]).items()},
+            "server_queue_ms": {k: v * 1000 for k, v in percentiles(record["server_queue_s"]).items()},
+            "lateness_ms": {k: v * 1000 for k, v in percentiles(record["lateness_s"]).items()},
+            "chunks": len(record["overhead_s"]),
+            "kept_real_time": bool(record["ended"] == streams and wall < audio_s * 1.1 + 2),
+        }
+        print(
+            f"{streams:5d} streams: completed {entry['completed']}, wall {wall:.1f} s for {audio_s:.1f} s of audio, "
+            f"overhead p50 {entry['overhead_ms']['p50']:.2f} ms p99 {entry['overhead_ms']['p99']:.2f} ms "
+            f"(server share p99 {entry['server_queue_ms']['p99']:.2f} ms), "
+            f"lateness p99 {entry['lateness_ms']['p99']:.1f} ms, server {entry['server_cpu_cores']:.2f} cores",
+            flush=True,
+        )
+        results.append(entry)
+    return {"part": "grpc", "machine": machine(), "frames_per_stream": args.frames, "chunking": args.chunking, "runs": results}
+
+
+def plot_grpc(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = report["runs"]
+    streams = [r["streams"] for r in runs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for key in ("p50", "p99"):
+        left.plot(streams, [r["overhead_ms"][key] for r in runs], marker="o", label=f"gRPC overhead {key}")
+        right.plot(streams, [r["lateness_ms"][key] for r in runs], marker="o", label=f"lateness vs real time {key}")
+    left.axhline(1.0, color="grey", linestyle="--", label="target 1 ms")
+    for axis, title in ((left, "per-chunk generation→parsed (ms)"), (right, "chunk arrival behind schedule (ms)")):
+        axis.set_xlabel("concurrent streams at 12.5 frames/s")
+        axis.set_title(title)
+        axis.set_xscale("log")
+        axis.legend()
+    fig.suptitle(f"codecstream server, replay source, {report['machine']['cores']} cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="part", required=True)
+    grpc_part = sub.add_parser("grpc", help="gRPC overhead and concurrent streams (replay source)")
+    grpc_part.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 100, 500, 1000])
+    grpc_part.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s of audio)")
+    grpc_part.add_argument("--chunking", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8, 16, 25])
+    grpc_part.add_argument("--out", type=pathlib.Path, default=RESULTS / "server_grpc.json")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    report = bench_grpc(args)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    plot_grpc(report, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
