@@ -16,6 +16,9 @@ from codecstream.v1 import synthesis_pb2 as pb
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
+#: Response header that a load balancer sets to name the replica serving a stream (Envoy's
+#: header-based stateful session); echoed on Resume so the reattach reaches the same replica.
+AFFINITY_HEADER = "codecstream-session"
 #: Statuses that mean "the connection broke", after which a resumable stream reattaches.
 _RESUMABLE_STATUSES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
@@ -39,6 +42,7 @@ class AsyncCodeStream:
         self.first_chunk_at: float | None = None
         self.resumes = 0
         self.cancelled = False
+        self._affinity: tuple[tuple[str, str], ...] = ()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -71,8 +75,14 @@ class AsyncCodeStream:
 
     def _open_call(self, first: pb.SynthesizeRequest) -> None:
         self._requests = asyncio.Queue()
-        self._call = self._stub.Synthesize(self._request_messages(first, self._requests), metadata=self._metadata)
+        metadata = self._metadata + self._affinity
+        self._call = self._stub.Synthesize(self._request_messages(first, self._requests), metadata=metadata)
         self._responses = self._call.__aiter__()
+
+    async def _remember_affinity(self) -> None:
+        for key, value in await self._call.initial_metadata() or ():
+            if key == AFFINITY_HEADER:
+                self._affinity = ((AFFINITY_HEADER, value),)
 
     async def open(self) -> pb.Header:
         """Send Start and wait for the Header. Raises a ServerError subclass if the server refuses."""
@@ -80,6 +90,7 @@ class AsyncCodeStream:
             self.opened_at = time.monotonic()
             self._open_call(pb.SynthesizeRequest(start=self._start))
             await self._next_message()
+            await self._remember_affinity()
         return self.header
 
     async def _next_message(self) -> pb.SynthesizeResponse | None:
