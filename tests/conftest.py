@@ -13,7 +13,7 @@ import pytest
 from codecstream.protocol.codes_file import CodesFile
 from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
-from codecstream.server.replay import ReplaySource
+from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
@@ -70,11 +70,12 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         reference_codes: np.ndarray | None = None,
         fps: float = 0.0,
         limits: ServerLimits = ServerLimits(),
+        decoder_digest: str = UNKNOWN_DECODER_DIGEST,
         **options,
     ) -> RunningServer:
         codes = random_codes(60) if codes is None else codes
         recording = CodesFile(codes) if reference_codes is None else CodesFile(codes, reference_codes)
-        source = ReplaySource(recording, frames_per_second=fps)
+        source = ReplaySource(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
         loop = EventLoopThread()
         server = CodecStreamServer(source, ServerOptions(port=0, limits=limits, shutdown_grace_s=1.0, **options))
         port = loop.run(server.start())

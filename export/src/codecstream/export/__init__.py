@@ -1,0 +1,1 @@
+"""codecstream export-decoder and parity tools."""
