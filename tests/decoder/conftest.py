@@ -11,7 +11,15 @@ import torch
 from codecstream.decoder import Qwen3TTSDecoder, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 
-torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The tiny decoder gains nothing from threads, and OpenMP barriers stall on a busy 2-core machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
