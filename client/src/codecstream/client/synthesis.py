@@ -39,6 +39,8 @@ class PcmChunk:
     first_frame: int
     num_frames: int
     samples: np.ndarray
+    #: The codes these samples were decoded from, (num_frames, 16) int16.
+    codes: np.ndarray
     #: Seconds from the request to this chunk's arrival, and to the end of its decoding.
     arrived_s: float
     decoded_s: float
@@ -141,7 +143,7 @@ class AsyncAudioStream:
         decoded_s = time.monotonic() - self._started
         self.codes.ack(chunk.seq)
         self._account(chunk, arrived_s, decoded_s, decode_s)
-        return PcmChunk(chunk.seq, chunk.first_frame, chunk.num_frames, samples, arrived_s, decoded_s, decode_s)
+        return PcmChunk(chunk.seq, chunk.first_frame, chunk.num_frames, samples, chunk.codes, arrived_s, decoded_s, decode_s)
 
     def _account(self, chunk: ReceivedChunk, arrived_s: float, decoded_s: float, decode_s: float) -> None:
         stats = self.stats
