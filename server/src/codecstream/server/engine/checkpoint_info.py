@@ -1,0 +1,84 @@
+"""What a Qwen3-TTS checkpoint serves, read from its own files before the engine loads it.
+
+The talker's config.json names the checkpoint's variant (tts_model_type: custom_voice, base,
+voice_design), its preset voices (talker_config.spk_id) and its languages
+(talker_config.codec_language_id); the speech tokenizer's decoder weights identify the decoder
+a client must use for the codes (the digest of codecstream.protocol).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from codecstream.protocol import decoder_digest, qwen3_tts_12hz_spec
+from codecstream.server.source import TaskType
+from codecstream.v1 import codec_pb2
+
+AUTO_LANGUAGE = "Auto"
+_VARIANT_TASKS = {
+    "custom_voice": TaskType.CUSTOM_VOICE,
+    "base": TaskType.BASE,
+    "voice_design": TaskType.VOICE_DESIGN,
+}
+
+
+class CheckpointError(ValueError):
+    """A model directory that is not a Qwen3-TTS-12Hz checkpoint the talker can serve."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    path: Path
+    task_type: TaskType
+    #: Preset voice name (lower case, as in spk_id) -> codec token id.
+    voices: dict[str, int]
+    #: Language name (lower case, as in codec_language_id) -> codec token id; "auto" is implicit.
+    languages: dict[str, int]
+    #: Voice name -> dialect language the talker switches to for Chinese/Auto (or "").
+    voice_dialects: dict[str, str]
+    codec: codec_pb2.CodecSpec
+
+    def language_names(self) -> list[str]:
+        """Languages as users write them ("English"), "Auto" first."""
+        return [AUTO_LANGUAGE] + sorted(name.title() for name in self.languages)
+
+
+def resolve_model_dir(model: str) -> Path:
+    """A local checkpoint directory for `model`: the path itself, or the hub snapshot it names."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    if path.exists() or model.startswith((".", "/")):
+        raise CheckpointError(f"model {model!r} is not a directory")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model))
+    except Exception as error:
+        raise CheckpointError(f"model {model!r} is neither a local directory nor a reachable hub id: {error}") from error
+
+
+def read_checkpoint_info(model_dir: Path) -> CheckpointInfo:
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise CheckpointError(f"{model_dir} has no config.json: not a Qwen3-TTS checkpoint")
+    config = json.loads(config_file.read_text())
+    if config.get("model_type") != "qwen3_tts":
+        raise CheckpointError(f"{config_file}: model_type is {config.get('model_type')!r}, expected 'qwen3_tts'")
+    variant = str(config.get("tts_model_type", "")).lower()
+    if variant not in _VARIANT_TASKS:
+        raise CheckpointError(
+            f"{config_file}: tts_model_type is {config.get('tts_model_type')!r}, expected one of {sorted(_VARIANT_TASKS)}"
+        )
+    talker = config.get("talker_config") or {}
+    spk_is_dialect = talker.get("spk_is_dialect") or {}
+    return CheckpointInfo(
+        path=model_dir,
+        task_type=_VARIANT_TASKS[variant],
+        voices={name.lower(): int(token) for name, token in (talker.get("spk_id") or {}).items()},
+        languages={name.lower(): int(token) for name, token in (talker.get("codec_language_id") or {}).items()},
+        voice_dialects={name.lower(): dialect for name, dialect in spk_is_dialect.items() if isinstance(dialect, str)},
+        codec=qwen3_tts_12hz_spec(decoder_digest(model_dir)),
+    )
