@@ -1,0 +1,97 @@
+"""One real vLLM-Omni talker engine on the CPU, on a tiny random checkpoint, for a whole test session.
+
+Engine start-up costs 30-80 s on this machine, so tests share one engine. It lives on an event
+loop in a background thread (AsyncOmni binds its output handling to the loop that first calls
+generate), and tests drive it through `run(coroutine)` with a bounded wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from codecstream.server.engine.talker_source import VllmTalkerSource
+from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint
+from codecstream.server.source import CodeStream, SynthesisRequest
+from tests.conftest import EventLoopThread
+
+#: Long enough for any single test's requests on a loaded 2-core machine.
+REQUEST_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass
+class Arrival:
+    frames: np.ndarray
+    at: float
+
+
+@dataclasses.dataclass
+class Collected:
+    arrivals: list[Arrival]
+    stream: CodeStream
+    started_at: float
+
+    @property
+    def codes(self) -> np.ndarray:
+        if not self.arrivals:
+            return np.zeros((0, 16), dtype=np.int16)
+        return np.concatenate([arrival.frames for arrival in self.arrivals])
+
+
+@dataclasses.dataclass
+class TalkerEngine:
+    source: VllmTalkerSource
+    checkpoint: Path
+    loop: EventLoopThread
+
+    def run(self, coroutine, timeout: float = REQUEST_TIMEOUT_S):
+        return self.loop.run(coroutine, timeout)
+
+    def collect(self, request: SynthesisRequest, stream_id: str) -> Collected:
+        """Open a stream and read it to its end, noting when each yield arrived."""
+
+        async def read() -> Collected:
+            started = time.monotonic()
+            stream = await self.source.open(request, stream_id)
+            arrivals = [Arrival(frames, time.monotonic()) async for frames in stream]
+            return Collected(arrivals, stream, started)
+
+        return self.run(read())
+
+    def live_requests(self) -> int:
+        return self.run(self.source.live_requests())
+
+    def wait_for_no_live_requests(self, timeout: float = 15.0) -> int:
+        deadline = time.monotonic() + timeout
+        live = self.live_requests()
+        while live and time.monotonic() < deadline:
+            time.sleep(0.1)
+            live = self.live_requests()
+        return live
+
+
+def start_talker_engine(checkpoint_dir: Path, variant: str = "custom_voice") -> TalkerEngine:
+    write_qwen3_tts_checkpoint(checkpoint_dir, preset="tiny", seed=0, variant=variant)
+    loop = EventLoopThread()
+
+    async def create() -> VllmTalkerSource:
+        # Built on the loop's own thread: the engine's async side belongs to this loop.
+        return VllmTalkerSource.create(str(checkpoint_dir))
+
+    try:
+        source = loop.run(create(), timeout=600)
+    except BaseException:
+        loop.close()
+        raise
+    return TalkerEngine(source, checkpoint_dir, loop)
+
+
+def stop_talker_engine(engine: TalkerEngine) -> None:
+    try:
+        engine.run(engine.source.close(), timeout=60)
+    finally:
+        engine.loop.close()

@@ -1,0 +1,152 @@
+"""VllmTalkerSource over the real vLLM-Omni engine (CPU, tiny random checkpoint): what a stream promises.
+
+The random talker stops at codec EOS after ~40 frames on average (random_checkpoint.py), with a
+seeded request always stopping at the same frame; tests that need a long or a short utterance look
+for a seed that gives one, among a few.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from codecstream.protocol import decoder_digest
+from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
+
+pytestmark = pytest.mark.engine
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def request(seed: int, max_frames: int, **fields) -> SynthesisRequest:
+    return SynthesisRequest(text=TEXT, voice="ryan", language="English", seed=seed, max_frames=max_frames, **fields)
+
+
+def first_seed_with(talker_engine, predicate, max_frames: int, name: str, seeds=range(1, 9)):
+    for seed in seeds:
+        collected = talker_engine.collect(request(seed, max_frames), f"{name}-{seed}")
+        if predicate(collected):
+            return collected
+    pytest.fail(f"none of seeds {list(seeds)} gave a {name} stream")
+
+
+def test_frames_leave_the_engine_one_decode_step_at_a_time(talker_engine):
+    collected = first_seed_with(talker_engine, lambda c: len(c.codes) >= 12, 60, "long")
+    assert [len(arrival.frames) for arrival in collected.arrivals] == [1] * len(collected.codes)
+    times = [arrival.at for arrival in collected.arrivals]
+    assert times == sorted(times)
+    first, last = times[0] - collected.started_at, times[-1] - collected.started_at
+    # The first frame comes after prefill and one step, the last after every step: not all at the end.
+    assert first < last / 3, f"first frame after {first:.3f} s, last after {last:.3f} s"
+
+
+def test_frames_are_int16_rows_of_16_codes_within_the_codebook(talker_engine):
+    codes = talker_engine.collect(request(1, 60), "range").codes
+    assert codes.dtype == np.int16 and codes.ndim == 2 and codes.shape[1] == 16 and len(codes) > 0
+    assert codes.min() >= 0 and codes.max() < 2048
+    # Codebook 0 is the talker's sampled token: 0 and the talker's tag ids (>= 2048) are masked out.
+    assert codes[:, 0].min() >= 1
+
+
+def test_codec_eos_ends_the_stream_with_stop_reason_eos_and_no_frame_for_it(talker_engine):
+    collected = talker_engine.collect(request(2, 400), "eos")
+    assert collected.stream.stop_reason is StopReason.EOS
+    assert 0 < len(collected.codes) < 400
+    assert collected.codes[-1].any(), "the EOS step must not add a placeholder frame"
+
+
+def test_max_frames_ends_the_stream_after_exactly_that_many_frames(talker_engine):
+    collected = first_seed_with(
+        talker_engine, lambda c: c.stream.stop_reason is StopReason.MAX_FRAMES, 3, "max-frames"
+    )
+    assert len(collected.codes) == 3
+
+
+def test_a_seeded_request_generates_the_same_codes_again(talker_engine):
+    first = talker_engine.collect(request(5, 30), "seeded-a").codes
+    second = talker_engine.collect(request(5, 30), "seeded-b").codes
+    np.testing.assert_array_equal(first, second)
+
+
+def test_abort_mid_stream_stops_it_and_leaves_no_live_request(talker_engine):
+    async def read_three_then_abort():
+        stream = await talker_engine.source.open(request(3, 400), "abort")
+        received = 0
+        async for frames in stream:
+            received += len(frames)
+            if received >= 3:
+                await stream.abort()
+        return received, stream
+
+    received, stream = talker_engine.run(read_three_then_abort())
+    assert received >= 3 and stream.stop_reason is None
+    assert talker_engine.wait_for_no_live_requests() == 0
+
+
+def test_leaving_a_stream_early_aborts_its_engine_request(talker_engine):
+    async def read_one_and_leave():
+        stream = await talker_engine.source.open(request(3, 400), "leave")
+        iterator = aiter(stream)
+        await anext(iterator)
+        await iterator.aclose()
+
+    talker_engine.run(read_one_and_leave())
+    assert talker_engine.wait_for_no_live_requests() == 0
+
+
+def test_concurrent_streams_each_get_all_their_own_frames(talker_engine):
+    async def two_at_once():
+        async def read(seed: int, stream_id: str) -> np.ndarray:
+            stream = await talker_engine.source.open(request(seed, 30), stream_id)
+            return np.concatenate([frames async for frames in stream])
+
+        return await asyncio.gather(read(5, "together-a"), read(6, "together-b"))
+
+    together_a, together_b = talker_engine.run(two_at_once())
+    np.testing.assert_array_equal(together_a, talker_engine.collect(request(5, 30), "alone-a").codes)
+    np.testing.assert_array_equal(together_b, talker_engine.collect(request(6, 30), "alone-b").codes)
+    assert talker_engine.wait_for_no_live_requests() == 0
+
+
+def test_voice_and_language_match_regardless_of_case(talker_engine):
+    collected = talker_engine.collect(
+        SynthesisRequest(text=TEXT, voice="Ryan", language="ENGLISH", seed=1, max_frames=2), "case"
+    )
+    assert len(collected.codes) > 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"voice": "nobody"}, "unknown voice 'nobody': this model has aiden, dylan, eric, ono_anna, ryan"),
+        ({"voice": ""}, "CustomVoice needs a voice, one of aiden, dylan"),
+        ({"voice": "ryan", "language": "Klingon"}, "unknown language 'Klingon': this model speaks Auto, Chinese"),
+        ({"voice": "ryan", "text": "   "}, "text is empty"),
+        (
+            {"task_type": TaskType.BASE, "reference_audio": b"RIFF"},
+            "task type Base is not served by this model",
+        ),
+        (
+            {"task_type": TaskType.VOICE_DESIGN, "instructions": "A calm voice."},
+            "task type VoiceDesign is not served by this model",
+        ),
+    ],
+)
+def test_requests_the_checkpoint_cannot_serve_are_rejected_as_invalid_argument(talker_engine, fields, message):
+    fields = {"text": TEXT, **fields}
+    with pytest.raises(RequestRejected) as rejected:
+        talker_engine.run(talker_engine.source.open(SynthesisRequest(**fields), "rejected"))
+    assert rejected.value.status == "INVALID_ARGUMENT"
+    assert message in rejected.value.message
+    assert talker_engine.live_requests() == 0
+
+
+def test_the_source_describes_the_checkpoint_it_serves(talker_engine):
+    source = talker_engine.source
+    assert source.codec.decoder_digest == decoder_digest(talker_engine.checkpoint)
+    assert source.codec.num_codebooks == 16 and source.codec.codebook_size == 2048
+    assert source.supported_task_types() == [TaskType.CUSTOM_VOICE]
+    assert "ryan" in [voice.name for voice in source.voices()]
+    assert source.languages()[0] == "Auto" and "English" in source.languages()
