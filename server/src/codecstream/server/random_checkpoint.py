@@ -218,6 +218,9 @@ def qwen3_tts_config(preset: Preset, variant: str, assistant_token_id: int) -> d
         "speaker_encoder_config": dict(preset.speaker_encoder),
         "talker_config": talker_config,
         "dtype": "bfloat16",
+        # The release's version stamp; transformers 5 also reads it to tell a Qwen tokenizer from a
+        # Mistral one that needs its regex fixed (and warns without it).
+        "transformers_version": "4.57.3",
     }
 
 

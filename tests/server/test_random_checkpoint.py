@@ -1,0 +1,100 @@
+"""The random-weight Qwen3-TTS checkpoint builder: the official layout, the real ids, the same bytes every time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from safetensors import safe_open
+from transformers import AutoTokenizer
+
+from codecstream.protocol import decoder_digest
+from codecstream.server.random_checkpoint import (
+    PRESETS,
+    eos_logit_weight,
+    write_qwen3_tts_checkpoint,
+)
+from codecstream.server.random_text_tokenizer import SPECIAL_TOKENS
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_qwen3_tts_checkpoint(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
+
+
+def tensor_names(path) -> dict[str, tuple]:
+    with safe_open(str(path), framework="pt") as weights:
+        return {name: (str(weights.get_slice(name).get_dtype()), tuple(weights.get_slice(name).get_shape()))
+                for name in weights.keys()}
+
+
+def test_the_directory_has_the_official_files(tiny):
+    for name in ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json",
+                 "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",
+                 "speech_tokenizer/preprocessor_config.json"):
+        assert (tiny / name).is_file(), name
+
+
+def test_config_names_the_talker_and_the_real_special_ids(tiny):
+    config = json.loads((tiny / "config.json").read_text())
+    assert config["model_type"] == "qwen3_tts" and config["architectures"] == ["Qwen3TTSForConditionalGeneration"]
+    assert config["tts_model_type"] == "custom_voice"
+    assert (config["im_start_token_id"], config["tts_pad_token_id"], config["tts_eos_token_id"]) == (151644, 151671, 151673)
+    talker = config["talker_config"]
+    assert talker["codec_eos_token_id"] == 2150 and talker["codec_language_id"]["english"] == 2050
+    assert talker["spk_id"]["ryan"] == 3061 and talker["code_predictor_config"]["vocab_size"] == 2048
+    # vLLM's CPU attention needs head_dim >= 64, even in the tiny model.
+    assert talker["head_dim"] >= 64 and talker["code_predictor_config"]["head_dim"] >= 64
+
+
+def test_text_tokenizer_keeps_special_tokens_on_their_real_ids(tiny):
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    for token_id, token in SPECIAL_TOKENS.items():
+        assert tokenizer.convert_tokens_to_ids(token) == token_id
+    ids = tokenizer("<|im_start|>assistant\nHi there<|im_end|>\n")["input_ids"]
+    assert ids[:3] == [151644, tokenizer.convert_tokens_to_ids("assistant"), tokenizer.convert_tokens_to_ids("Ċ")]
+    assert tokenizer.decode(ids) == "<|im_start|>assistant\nHi there<|im_end|>\n"
+
+
+def test_talker_weights_use_the_hf_names_with_split_projections_in_bfloat16(tiny):
+    names = tensor_names(tiny / "model.safetensors")
+    shape = PRESETS["tiny"].talker
+    q_rows = shape.num_attention_heads * shape.head_dim
+    assert names["talker.model.layers.0.self_attn.q_proj.weight"] == ("BF16", (q_rows, shape.hidden_size))
+    for name in ("talker.model.codec_embedding.weight", "talker.model.text_embedding.weight",
+                 "talker.codec_head.weight", "talker.text_projection.linear_fc2.bias",
+                 "talker.model.layers.1.mlp.gate_proj.weight", "talker.model.layers.1.mlp.up_proj.weight",
+                 "talker.code_predictor.model.codec_embedding.14.weight", "talker.code_predictor.lm_head.14.weight",
+                 "talker.code_predictor.model.layers.0.self_attn.k_proj.weight"):
+        assert name in names, name
+    assert names["talker.model.text_embedding.weight"][1][0] == 151936
+    assert {dtype for dtype, _ in names.values()} == {"BF16"}
+
+
+def test_speech_tokenizer_holds_encoder_and_decoder_weights(tiny):
+    names = tensor_names(tiny / "speech_tokenizer" / "model.safetensors")
+    assert any(name.startswith("encoder.encoder.") for name in names)
+    assert any(name.startswith("encoder.quantizer.") for name in names)
+    assert any(name.startswith("decoder.") for name in names)
+    assert not any(name.startswith(("encoder.decoder.", "encoder.upsample.")) for name in names)
+    assert decoder_digest(tiny).startswith("sha256:")
+
+
+def test_the_same_seed_writes_the_same_bytes(tiny, tmp_path):
+    again = write_qwen3_tts_checkpoint(tmp_path / "again", preset="tiny", seed=0)
+    for name in ("model.safetensors", "speech_tokenizer/model.safetensors", "config.json", "vocab.json"):
+        assert hashlib.sha256((tiny / name).read_bytes()).digest() == hashlib.sha256((again / name).read_bytes()).digest(), name
+
+
+def test_a_longer_mean_utterance_means_a_weaker_eos_logit():
+    assert eos_logit_weight(100, 128) < eos_logit_weight(40, 128) < eos_logit_weight(10, 128)
+    with pytest.raises(ValueError, match="mean_frames must be > 1"):
+        eos_logit_weight(1, 128)
+
+
+def test_unknown_preset_and_variant_are_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        write_qwen3_tts_checkpoint(tmp_path, preset="huge")
+    with pytest.raises(ValueError, match="unknown variant 'duet'"):
+        write_qwen3_tts_checkpoint(tmp_path, variant="duet")
