@@ -61,7 +61,7 @@ def build_source(args: argparse.Namespace) -> CodeSource:
         from codecstream.server.engine.talker_source import VllmTalkerSource
     except ImportError as error:
         raise StartupError(
-            f"the vLLM-Omni engine is not installed ({error}); install it with scripts/install-server-engine (docs/server.md)"
+            f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"
         ) from None
     return VllmTalkerSource.create(args.model, args.deploy_config)
 

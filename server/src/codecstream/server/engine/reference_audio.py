@@ -53,3 +53,12 @@ def decode_reference_audio(data: bytes) -> ReferenceAudio:
 
         mono = soxr.resample(mono, rate, ENCODER_SAMPLE_RATE_HZ)
     return ReferenceAudio(np.ascontiguousarray(mono, dtype=np.float32))
+
+
+def silent_wav(seconds: float) -> bytes:
+    """A WAV file of silence at the encoder's rate (to warm the voice-clone path up)."""
+    import soundfile
+
+    out = io.BytesIO()
+    soundfile.write(out, np.zeros(int(seconds * ENCODER_SAMPLE_RATE_HZ), dtype=np.float32), ENCODER_SAMPLE_RATE_HZ, format="WAV")
+    return out.getvalue()

@@ -23,7 +23,7 @@ from codecstream.server.engine.checkpoint_info import (
     resolve_model_dir,
 )
 from codecstream.server.engine.deploy_config import default_deploy_config
-from codecstream.server.engine.reference_audio import ReferenceAudioError, decode_reference_audio
+from codecstream.server.engine.reference_audio import ReferenceAudioError, decode_reference_audio, silent_wav
 from codecstream.server.source import (
     CodeSource,
     CodeStream,
@@ -160,6 +160,30 @@ class VllmTalkerSource(CodeSource):
                 await stream.abort()
                 raise
         return stream
+
+    async def start(self) -> None:
+        """Run one short request, so the first client does not pay the engine's first-request costs
+        (the worker loads the text tokenizer and runs its first kernels then: seconds on a CPU)."""
+        stream = await self.open(self._warm_up_request(), "codecstream-warm-up")
+        async for _ in stream:
+            pass
+
+    def _warm_up_request(self) -> SynthesisRequest:
+        task = self.checkpoint.task_type
+        if task is TaskType.CUSTOM_VOICE:
+            return SynthesisRequest(text="Warm up.", voice=sorted(self.checkpoint.voices)[0], seed=0, max_frames=2)
+        if task is TaskType.VOICE_DESIGN:
+            return SynthesisRequest(
+                text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2
+            )
+        return SynthesisRequest(
+            text="Warm up.",
+            task_type=task,
+            reference_audio=silent_wav(seconds=0.5),
+            reference_text="Warm up.",
+            seed=0,
+            max_frames=2,
+        )
 
     async def live_requests(self) -> int:
         """Requests the engine still holds: the larger of the front end's own request table and the
