@@ -158,12 +158,17 @@ class AsyncCodeStream:
         if self._call is not None and self.end is None:
             self._requests.put_nowait(pb.SynthesizeRequest(ack=pb.Ack(seq=seq)))
 
+    def request_cancel(self, played_frames: int = 0) -> None:
+        """Ask the server to stop; whoever is iterating the stream sees its End(CANCELLED)."""
+        self.cancelled = True
+        if self._call is not None and self.end is None:
+            self._requests.put_nowait(pb.SynthesizeRequest(cancel=pb.Cancel(played_frames=played_frames)))
+
     async def cancel(self, played_frames: int = 0) -> pb.End | None:
         """Stop the stream now; chunks still in flight are discarded. Returns the server's End."""
-        self.cancelled = True
-        if self._call is None or self.end is not None:
+        self.request_cancel(played_frames)
+        if self._call is None:
             return self.end
-        self._requests.put_nowait(pb.SynthesizeRequest(cancel=pb.Cancel(played_frames=played_frames)))
         try:
             while self.end is None:
                 await self._next_message()

@@ -25,6 +25,8 @@ from codecstream.v1 import synthesis_pb2 as pb
 #: gRPC length prefix (5 bytes) + HTTP/2 DATA frame header (9 bytes) around every message.
 FRAMING_BYTES_PER_MESSAGE = 14
 _DONE = object()
+#: A server that does not confirm a cancel within this long is dropped (the call is cancelled).
+CANCEL_TIMEOUT_S = 5.0
 
 
 class DecoderMismatch(CodecStreamError):
@@ -159,9 +161,16 @@ class AsyncAudioStream:
 
     async def cancel(self, played_frames: int = 0) -> pb.End | None:
         """Barge-in: stop the server stream, discard undecoded chunks, reset the decoder."""
-        end = await self.codes.cancel(played_frames)
-        if self._receiver is not None:
-            await asyncio.gather(self._receiver, return_exceptions=True)
+        if self._receiver is None:
+            end = await self.codes.cancel(played_frames)
+        else:
+            # The receiver owns the response iterator: it reads on until End(CANCELLED) arrives.
+            self.codes.request_cancel(played_frames)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._receiver), CANCEL_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self.codes.abandon()
+            end = self.codes.end
         while not self._arrivals.empty():
             self._arrivals.get_nowait()
         self._arrivals.put_nowait((_DONE, None))
