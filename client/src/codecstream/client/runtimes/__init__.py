@@ -1,0 +1,132 @@
+"""On-device decoders behind one interface: `open_decoder(source)` -> a `LoadedDecoder`.
+
+    from codecstream.client.runtimes import open_decoder
+    decoder = open_decoder("artifacts/decoder")      # manifest.json + decoder.onnx / .pte / .pt2
+    decoder = open_decoder("Qwen3-TTS/speech_tokenizer", backend="torch")   # eager, from weights
+    pcm = decoder.decode(codes)                       # (k, 16) ints -> k * 1920 float32 samples
+
+Importing this package needs neither torch nor any runtime: each backend imports its runtime
+when it is chosen, and says which extra to install when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+from codecstream.client.runtimes.artifact import StatefulArtifactDecoder, WindowedArtifactDecoder
+from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.client.runtimes.loaded import LoadedDecoder
+from codecstream.client.runtimes.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
+from codecstream.client.runtimes.program import Program
+from codecstream.client.runtimes.torch_eager import EagerTorchDecoder, looks_like_checkpoint
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
+
+BACKENDS = ("auto", "onnx", "pte", "pt2", "torch")
+#: Artifact formats in the order "auto" prefers them: ONNX Runtime needs no torch and was the
+#: fastest fp32 runtime measured here (docs/export.md).
+PREFERENCE = ("onnx", "pte", "pt2")
+#: The module each backend needs importable, and the extra that installs it.
+RUNTIME_MODULES = {"onnx": "onnxruntime", "pte": "executorch.runtime", "pt2": "torch", "torch": "codecstream.decoder"}
+EXTRAS = {"onnx": "onnx", "pte": "executorch", "pt2": "torch", "torch": "torch"}
+
+
+def installed(backend: str) -> bool:
+    """Whether the runtime of `backend` can be imported here (without importing it)."""
+    module = RUNTIME_MODULES[backend]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def open_decoder(source: str | pathlib.Path, *, backend: str = "auto", threads: int | None = None) -> LoadedDecoder:
+    """Open an artifact directory (with manifest.json) or a checkpoint directory (eager torch).
+
+    `backend`: "auto" (what the directory holds and what is installed; ONNX Runtime first, then
+    ExecuTorch, then .pt2), "onnx", "pte", "pt2" or "torch". `threads`: CPU threads for the
+    runtime (torch and ExecuTorch apply it process-wide); None keeps the runtime's default.
+    Raises DecoderLoadError with the reason and, for a missing runtime, the extra to install.
+    """
+    if backend not in BACKENDS:
+        raise DecoderLoadError(f"unknown decoder backend {backend!r}, expected one of {', '.join(BACKENDS)}")
+    directory = pathlib.Path(source)
+    if not directory.is_dir():
+        raise DecoderLoadError(f"{directory}: no such directory (expected a decoder artifact or checkpoint directory)")
+    if not (directory / MANIFEST_FILE).is_file() and looks_like_checkpoint(directory):
+        if backend not in ("auto", "torch"):
+            raise DecoderLoadError(
+                f"{directory} is a checkpoint, which only the torch backend decodes; "
+                f"for {backend}, export it first: codecstream export-decoder {directory} --format {backend} --out DIR"
+            )
+        return EagerTorchDecoder(directory, threads)
+    if backend == "torch":
+        raise DecoderLoadError(f"{directory}: the torch backend needs a checkpoint directory (model.safetensors), not an artifact directory")
+    manifest = read_manifest(directory)
+    chosen = _choose_format(directory, manifest, backend)
+    return _open_artifact(directory, manifest, chosen, threads)
+
+
+def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) -> str:
+    held = [fmt for fmt in PREFERENCE if fmt in manifest.artifacts]
+    if backend != "auto":
+        if backend not in manifest.artifacts:
+            raise DecoderLoadError(f"{directory} holds no {backend} artifact (it holds: {', '.join(held) or 'none'})")
+        if not installed(backend):
+            raise DecoderLoadError(f"the {backend} runtime is not installed: pip install 'codecstream-client[{EXTRAS[backend]}]'")
+        return backend
+    if not held:
+        raise DecoderLoadError(f"{directory / MANIFEST_FILE} lists no artifact files")
+    for fmt in held:
+        if installed(fmt):
+            return fmt
+    extras = " or ".join(f"'codecstream-client[{EXTRAS[fmt]}]'" for fmt in held)
+    raise DecoderLoadError(f"{directory} holds {', '.join(held)} artifacts but no runtime for them is installed: pip install {extras}")
+
+
+def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, threads: int | None) -> LoadedDecoder:
+    codec = manifest.codec_spec()
+    known = qwen3_tts_12hz_spec(codec.decoder_digest)
+    differences = spec_differences(known, codec)
+    if differences:
+        raise DecoderLoadError(f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} ({'; '.join(differences)})")
+    path = verified_artifact_path(directory, manifest.artifacts[fmt])
+    program = _load_program(fmt, path, manifest, threads)
+    entry = manifest.artifacts[fmt]
+    quantized = f", {entry.quantization}" if entry.quantization else ""
+    attributes = dict(
+        codec=codec,
+        backend=fmt,
+        mode=manifest.mode,
+        dtype=manifest.dtype,
+        max_chunk_frames=manifest.max_chunk_frames,
+        description=f"{manifest.mode} {manifest.dtype} {path.name} on {program.runtime}{quantized}, "
+        f"chunks up to {manifest.max_chunk_frames} frames ({codec.decoder_digest[:19]}…)",
+    )
+    decoder_class = StatefulArtifactDecoder if manifest.mode == "stateful" else WindowedArtifactDecoder
+    return decoder_class(program, manifest, **attributes)
+
+
+def _load_program(fmt: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:
+    if fmt == "onnx":
+        from codecstream.client.runtimes.onnx_program import OnnxProgram
+
+        return OnnxProgram(path, manifest, threads)
+    if fmt == "pte":
+        from codecstream.client.runtimes.pte_program import PteProgram
+
+        return PteProgram(path, manifest, threads)
+    from codecstream.client.runtimes.pt2_program import Pt2Program
+
+    return Pt2Program(path, manifest, threads)
+
+
+__all__ = [
+    "BACKENDS",
+    "DecoderLoadError",
+    "LoadedDecoder",
+    "Manifest",
+    "installed",
+    "open_decoder",
+    "read_manifest",
+]

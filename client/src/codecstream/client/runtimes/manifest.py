@@ -1,0 +1,240 @@
+"""`manifest.json`: what a decoder artifact directory holds, written by `codecstream export-decoder`.
+
+One directory holds artifacts of one decoder graph (one codec and weights digest, one mode, one
+dtype, one signature) in one or more formats (`decoder.onnx`, `decoder.pte`, `decoder.pt2`); the
+manifest describes the graph once and each file with its sha256, size, runtime and the versions it
+was exported with. The client reads it without torch and checks a file's sha256 before loading it.
+
+    {
+      "manifest_version": 1,
+      "codec": {"codec_name": "qwen3-tts-tokenizer-12hz", ..., "decoder_digest": "sha256:..."},
+      "mode": "stateful", "dtype": "fp32",
+      "chunk_frames": {"min": 1, "max": 25},
+      "inputs":  [{"name": "codes", "shape": [1, "frames", 16], "dtype": "int64"}, ...state],
+      "outputs": [{"name": "pcm", "shape": [1, "frames*1920"], "dtype": "float32"}, ...next state],
+      "state":   [{"name": "position", "shape": [1], "dtype": "int64"}, ...],
+      "window":  null,
+      "artifacts": {"onnx": {"file": "decoder.onnx", "sha256": "...", "size_bytes": ..., ...}},
+      "source": {...}, "exporter": {...}
+    }
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+from typing import Any
+
+from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.v1 import codec_pb2
+
+MANIFEST_FILE = "manifest.json"
+MANIFEST_VERSION = 1
+MODES = ("stateful", "windowed")
+DTYPES = ("fp32", "bf16", "int8")
+FORMATS = ("onnx", "pte", "pt2")
+#: The file each format is written to inside an artifact directory.
+ARTIFACT_FILES = {"onnx": "decoder.onnx", "pte": "decoder.pte", "pt2": "decoder.pt2"}
+CODEC_FIELDS = (
+    "codec_name",
+    "codec_version",
+    "num_codebooks",
+    "codebook_size",
+    "sample_rate_hz",
+    "samples_per_frame",
+    "decoder_left_context_frames",
+    "decoder_digest",
+)
+_HASH_BLOCK = 1 << 22
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output. A dimension is an int, or a name for a dimension that varies
+    with the chunk ("frames", "context_frames") or an expression of it ("frames*1920")."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TensorSpec:
+        return cls(str(data["name"]), tuple(data["shape"]), str(data["dtype"]))
+
+    def fixed_shape(self) -> tuple[int, ...]:
+        """The shape of a tensor whose dimensions are all fixed (state tensors)."""
+        if not all(isinstance(d, int) for d in self.shape):
+            raise ValueError(f"tensor {self.name} has a variable shape {list(self.shape)}")
+        return tuple(int(d) for d in self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactFile:
+    """One exported file of the graph, in one format."""
+
+    format: str
+    file: str
+    sha256: str
+    size_bytes: int
+    #: The runtime that runs it ("onnxruntime", "executorch", "torch") and the versions of the
+    #: exporter's toolchain, e.g. {"torch": "2.13.0", "executorch": "1.4.1"}.
+    runtime: str
+    versions: dict[str, str]
+    #: How weights/activations are quantized, in words; None for plain fp32/bf16 graphs.
+    quantization: str | None = None
+    #: What the exporter measured right after writing the file (frames decoded, SNR against eager).
+    export_check: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArtifactFile:
+        fields = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in fields})
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSpec:
+    """Windowed graphs: frames of left context kept (72) and the fewest the graph accepts; a
+    shorter context (stream start) is padded to `min_context_frames` and the padding masked."""
+
+    context_frames: int
+    min_context_frames: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    codec: dict[str, Any]
+    mode: str
+    dtype: str
+    min_chunk_frames: int
+    max_chunk_frames: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    state: tuple[TensorSpec, ...]
+    window: WindowSpec | None
+    artifacts: dict[str, ArtifactFile]
+    source: dict[str, Any] = dataclasses.field(default_factory=dict)
+    exporter: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    # -- codec -------------------------------------------------------------------------------------
+
+    def codec_spec(self) -> codec_pb2.CodecSpec:
+        return codec_pb2.CodecSpec(**{field: self.codec[field] for field in CODEC_FIELDS})
+
+    @staticmethod
+    def codec_json(spec: codec_pb2.CodecSpec) -> dict[str, Any]:
+        return {field: getattr(spec, field) for field in CODEC_FIELDS}
+
+    def same_graph(self, other: Manifest) -> list[str]:
+        """Why `other` describes a different graph (so its files cannot share this directory)."""
+        differences = []
+        for name in ("codec", "mode", "dtype", "min_chunk_frames", "max_chunk_frames", "inputs", "outputs", "window"):
+            if getattr(self, name) != getattr(other, name):
+                differences.append(name)
+        return differences
+
+    # -- JSON --------------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "codec": dict(self.codec),
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "chunk_frames": {"min": self.min_chunk_frames, "max": self.max_chunk_frames},
+            "inputs": [spec.to_json() for spec in self.inputs],
+            "outputs": [spec.to_json() for spec in self.outputs],
+            "state": [spec.to_json() for spec in self.state],
+            "window": dataclasses.asdict(self.window) if self.window else None,
+            "artifacts": {name: entry.to_json() for name, entry in sorted(self.artifacts.items())},
+            "source": self.source,
+            "exporter": self.exporter,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
+        version = data.get("manifest_version")
+        if version != MANIFEST_VERSION:
+            raise DecoderLoadError(f"{where}: manifest_version is {version!r}, this client reads version {MANIFEST_VERSION}")
+        try:
+            codec = {field: data["codec"][field] for field in CODEC_FIELDS}
+            manifest = cls(
+                codec=codec,
+                mode=data["mode"],
+                dtype=data["dtype"],
+                min_chunk_frames=int(data["chunk_frames"]["min"]),
+                max_chunk_frames=int(data["chunk_frames"]["max"]),
+                inputs=tuple(TensorSpec.from_json(d) for d in data["inputs"]),
+                outputs=tuple(TensorSpec.from_json(d) for d in data["outputs"]),
+                state=tuple(TensorSpec.from_json(d) for d in data["state"]),
+                window=WindowSpec(**data["window"]) if data.get("window") else None,
+                artifacts={name: ArtifactFile.from_json(entry) for name, entry in data["artifacts"].items()},
+                source=data.get("source", {}),
+                exporter=data.get("exporter", {}),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise DecoderLoadError(f"{where}: not a valid decoder manifest (missing or malformed {error})") from None
+        if manifest.mode not in MODES:
+            raise DecoderLoadError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(MODES)}")
+        if manifest.mode == "windowed" and manifest.window is None:
+            raise DecoderLoadError(f"{where}: a windowed manifest needs a 'window' entry")
+        unknown = sorted(set(manifest.artifacts) - set(FORMATS))
+        if unknown:
+            raise DecoderLoadError(f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}")
+        return manifest
+
+
+def read_manifest(directory: pathlib.Path | str) -> Manifest:
+    """Read `directory/manifest.json`; DecoderLoadError says precisely what is missing or wrong."""
+    directory = pathlib.Path(directory)
+    path = directory / MANIFEST_FILE
+    if not directory.is_dir():
+        raise DecoderLoadError(f"{directory}: no such directory")
+    if not path.is_file():
+        raise DecoderLoadError(
+            f"{directory} has no {MANIFEST_FILE}: not a decoder artifact directory "
+            "(create one with `codecstream export-decoder`)"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DecoderLoadError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise DecoderLoadError(f"{path}: expected a JSON object")
+    return Manifest.from_json(data, str(path))
+
+
+def write_manifest(directory: pathlib.Path | str, manifest: Manifest) -> pathlib.Path:
+    path = pathlib.Path(directory) / MANIFEST_FILE
+    path.write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    return path
+
+
+def file_sha256(path: pathlib.Path | str) -> str:
+    """'sha256:<hex>' of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_HASH_BLOCK):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def verified_artifact_path(directory: pathlib.Path | str, entry: ArtifactFile) -> pathlib.Path:
+    """The path of `entry`'s file after checking that its bytes are the ones the manifest names."""
+    path = pathlib.Path(directory) / entry.file
+    if not path.is_file():
+        raise DecoderLoadError(f"{path}: listed in {MANIFEST_FILE} but missing")
+    actual = file_sha256(path)
+    if actual != entry.sha256:
+        raise DecoderLoadError(
+            f"{path}: sha256 mismatch: {MANIFEST_FILE} says {entry.sha256}, the file has {actual} "
+            "(modified or truncated after export; export it again)"
+        )
+    return path

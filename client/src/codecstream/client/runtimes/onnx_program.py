@@ -1,0 +1,59 @@
+"""ONNX Runtime: the torch-free backend (`pip install 'codecstream-client[onnx]'`).
+
+Uses the CUDA execution provider when the installed onnxruntime offers it (onnxruntime-gpu, or
+the Jetson builds), else the CPU provider.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from codecstream.client.runtimes.manifest import Manifest, TensorSpec
+from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+
+_ONNX_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(bfloat16)": "bfloat16"}
+
+
+def _import_onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise missing_runtime("ONNX Runtime", "onnx", error) from None
+    return onnxruntime
+
+
+class OnnxProgram(Program):
+    def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.inter_op_num_threads = 1
+        if threads:
+            options.intra_op_num_threads = threads
+        available = ort.get_available_providers()
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        self._session = ort.InferenceSession(str(path), options, providers=providers)
+        provider = self._session.get_providers()[0].removesuffix("ExecutionProvider")
+        self.runtime = f"onnxruntime {ort.__version__} ({provider})"
+        bounds = dimension_bounds(manifest)
+        for kind, specs, found in (("inputs", manifest.inputs, self._session.get_inputs()),
+                                   ("outputs", manifest.outputs, self._session.get_outputs())):  # fmt: skip
+            actual = [(t.name, tuple(t.shape), _ONNX_TYPES.get(t.type, t.type)) for t in found]
+            check_signature(str(path), kind, specs, actual, bounds)
+        self._names = [spec.name for spec in manifest.inputs]
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return self._session.run(None, dict(zip(self._names, inputs)))
+
+    def tensor(self, array: np.ndarray) -> Any:
+        return np.ascontiguousarray(array, dtype=np.int64)
+
+    def zeros(self, spec: TensorSpec) -> Any:
+        return np.zeros(spec.fixed_shape(), dtype=spec.dtype)
+
+    def samples(self, pcm: Any) -> np.ndarray:
+        return np.asarray(pcm, dtype=np.float32)[0]

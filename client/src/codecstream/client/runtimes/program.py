@@ -1,0 +1,80 @@
+"""`Program`: one loaded graph file, called with the backend's own tensors.
+
+Each backend (ONNX Runtime, ExecuTorch, torch.export) wraps its runtime in a Program; the
+stateful and windowed decoders in `artifact.py` drive any of them the same way. Keeping tensors
+native between calls matters: ExecuTorch and .pt2 state stays in torch tensors (bf16 has no numpy
+dtype), ONNX Runtime state in numpy arrays.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.client.runtimes.manifest import Manifest, TensorSpec
+
+
+class Program(abc.ABC):
+    """A graph file loaded by its runtime. `runtime` names it with its version, for descriptions."""
+
+    runtime: str
+
+    @abc.abstractmethod
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """Call the graph; the outputs are owned by the caller (never views of runtime memory)."""
+
+    @abc.abstractmethod
+    def tensor(self, array: np.ndarray) -> Any:
+        """A native tensor holding `array` (int64 codes or counts)."""
+
+    @abc.abstractmethod
+    def zeros(self, spec: TensorSpec) -> Any:
+        """A native zero tensor of a fixed-shape spec (a fresh stream's state)."""
+
+    @abc.abstractmethod
+    def samples(self, pcm: Any) -> np.ndarray:
+        """The (1, n) PCM output as an (n,) float32 numpy array."""
+
+
+def check_signature(where: str, kind: str, expected: Sequence[TensorSpec],
+                    actual: Sequence[tuple[str | None, tuple, str]], bounds: dict[str, int]) -> None:  # fmt: skip
+    """Raise DecoderLoadError unless the graph's inputs or outputs (`kind`) are the manifest's.
+
+    `actual` holds (name or None, shape, dtype) per tensor; a dimension the manifest names is
+    compared with `bounds[name]` when the runtime reports its upper bound as an int (ExecuTorch),
+    and not compared when the runtime keeps it symbolic (ONNX Runtime, torch.export).
+    """
+    if len(actual) != len(expected):
+        raise DecoderLoadError(
+            f"{where} does not match its manifest: the graph has {len(actual)} {kind}, the manifest lists {len(expected)}"
+        )
+    for index, (spec, (name, shape, dtype)) in enumerate(zip(expected, actual)):
+        label = f"{kind[:-1]} {index} ({spec.name})"
+        if name is not None and name != spec.name:
+            raise DecoderLoadError(f"{where} does not match its manifest: {label} is named {name!r} in the graph")
+        if dtype != spec.dtype:
+            raise DecoderLoadError(f"{where} does not match its manifest: {label} is {dtype} in the graph, manifest says {spec.dtype}")
+        wanted = [dim if isinstance(dim, int) else bounds.get(dim) for dim in spec.shape]
+        same_rank = len(shape) == len(wanted)
+        if not same_rank or any(isinstance(a, int) and w is not None and a != w for a, w in zip(shape, wanted)):
+            raise DecoderLoadError(
+                f"{where} does not match its manifest: {label} has shape {list(shape)} in the graph, "
+                f"manifest says {list(spec.shape)}"
+            )
+
+
+def dimension_bounds(manifest: Manifest) -> dict[str, int]:
+    """Upper bounds of the named dimensions, as ExecuTorch reports them for memory planning."""
+    bounds = {"frames": manifest.max_chunk_frames, f"frames*{manifest.codec['samples_per_frame']}":
+              manifest.max_chunk_frames * manifest.codec["samples_per_frame"]}  # fmt: skip
+    if manifest.window:
+        bounds["context_frames"] = manifest.window.context_frames
+    return bounds
+
+
+def missing_runtime(what: str, extra: str, error: ImportError) -> DecoderLoadError:
+    return DecoderLoadError(f"{what} is not installed ({error}): pip install 'codecstream-client[{extra}]'")

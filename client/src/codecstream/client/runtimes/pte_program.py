@@ -1,0 +1,56 @@
+"""ExecuTorch `.pte` programs through `executorch.runtime` (`pip install 'codecstream-client[executorch]'`).
+
+The ExecuTorch Python runtime takes and returns torch tensors, so this backend needs torch. Its
+outputs live in the program's planned memory and are overwritten by the next call: `run` copies
+them out.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from importlib.metadata import version
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from codecstream.client.runtimes.manifest import Manifest, TensorSpec
+from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+
+# ExecuTorch ScalarType codes reported by TensorInfo.dtype().
+_SCALAR_TYPES = {4: "int64", 6: "float32", 15: "bfloat16"}
+
+
+class PteProgram(Program):
+    def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
+        try:
+            import torch
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+            from executorch.runtime import Runtime
+        except ImportError as error:
+            raise missing_runtime("the ExecuTorch runtime", "executorch", error) from None
+        self._torch = torch
+        if threads:
+            # One XNNPACK thread pool per process: the last decoder opened sets it for all.
+            _unsafe_reset_threadpool(threads)
+        program = Runtime.get().load_program(path)
+        self._method = program.load_method("forward")
+        meta = program.metadata("forward")
+        bounds = dimension_bounds(manifest)
+        for kind, specs, count, info in (("inputs", manifest.inputs, meta.num_inputs(), meta.input_tensor_meta),
+                                         ("outputs", manifest.outputs, meta.num_outputs(), meta.output_tensor_meta)):  # fmt: skip
+            actual = [(None, tuple(info(i).sizes()), _SCALAR_TYPES.get(info(i).dtype(), str(info(i).dtype()))) for i in range(count)]
+            check_signature(str(path), kind, specs, actual, bounds)
+        self.runtime = f"executorch {version('executorch')} (XNNPACK)"
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        return [output.clone() for output in self._method.execute(list(inputs))]
+
+    def tensor(self, array: np.ndarray) -> Any:
+        return self._torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
+
+    def zeros(self, spec: TensorSpec) -> Any:
+        return self._torch.zeros(spec.fixed_shape(), dtype=getattr(self._torch, spec.dtype))
+
+    def samples(self, pcm: Any) -> np.ndarray:
+        return pcm[0].float().numpy()

@@ -1,0 +1,67 @@
+"""Eager PyTorch from a checkpoint directory (`pip install 'codecstream-client[torch]'`).
+
+The reference implementation, stateful: no export step, no artifact, the slowest CPU option and
+the simplest on a CUDA device (Jetson, desktop GPU).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.client.runtimes.loaded import LoadedDecoder
+from codecstream.client.runtimes.program import missing_runtime
+from codecstream.protocol.chunking import MAX_CHUNK_FRAMES
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.protocol.digest import DigestError, decoder_digest
+
+
+def looks_like_checkpoint(directory: pathlib.Path) -> bool:
+    return any((directory / name).is_file() for name in ("model.safetensors", "speech_tokenizer/model.safetensors",
+                                                          "model.safetensors.index.json"))  # fmt: skip
+
+
+class EagerTorchDecoder(LoadedDecoder):
+    def __init__(self, directory: pathlib.Path, threads: int | None) -> None:
+        try:
+            import torch
+
+            from codecstream.decoder import CheckpointError, StatefulDecoder, load_decoder
+        except ImportError as error:
+            raise missing_runtime("the eager torch decoder (torch, codecstream-decoder)", "torch", error) from None
+        if threads:
+            torch.set_num_threads(threads)  # process-wide in torch
+        try:
+            digest = decoder_digest(directory)
+            model = load_decoder(directory)
+        except (CheckpointError, DigestError) as error:
+            raise DecoderLoadError(str(error)) from None
+        codec = qwen3_tts_12hz_spec(digest)
+        config = model.config
+        found = {"num_codebooks": config.num_quantizers, "codebook_size": config.codebook_size,
+                 "sample_rate_hz": config.sample_rate, "samples_per_frame": config.samples_per_frame,
+                 "decoder_left_context_frames": config.sliding_window}  # fmt: skip
+        differences = [f"{name} {value} (expected {getattr(codec, name)})" for name, value in found.items() if value != getattr(codec, name)]
+        if differences:
+            raise DecoderLoadError(f"{directory}: codec mismatch: not a {codec.codec_name} {codec.codec_version} decoder: {', '.join(differences)}")
+        super().__init__(
+            codec=codec,
+            backend="torch",
+            mode="stateful",
+            dtype="fp32",
+            max_chunk_frames=MAX_CHUNK_FRAMES,
+            description=f"stateful fp32 eager torch {torch.__version__} decoder of {directory} ({digest[:19]}…)",
+        )
+        self._decoder = StatefulDecoder(model)
+
+    def reset(self) -> None:
+        self._decoder.reset()
+
+    def _decode_chunk(self, codes: np.ndarray) -> np.ndarray:
+        return self._decoder.decode(codes)
+
+    def _prime_chunk(self, codes: np.ndarray) -> None:
+        # The eager decoder primes old context through the transformer only: much cheaper.
+        self._decoder.prime(codes)

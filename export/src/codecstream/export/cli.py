@@ -1,0 +1,87 @@
+"""`codecstream export-decoder` and the `codecstream parity` command group.
+
+`parity` is a group: its checks register through the `codecstream.parity` entry-point group, each
+a function `register(subparsers)` that adds one sub-parser with `handler(args) -> int` (exactly
+like `codecstream.commands`). This distribution registers `parity decoder`; another one adds, say,
+`parity e2e` by declaring
+
+    [project.entry-points."codecstream.parity"]
+    e2e = "codecstream.client.parity_e2e:register"
+
+Exit status of the parity checks: 0 at or above the threshold, 1 below it, 2 when the check could
+not run (bad arguments, unreadable artifact, checkpoint or codes, missing runtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+from importlib.metadata import entry_points
+
+from codecstream.client.cli import CommandError
+from codecstream.export.errors import ExportError
+from codecstream.export.exporter import (
+    DEFAULT_MAX_CHUNK_FRAMES,
+    FORMATS,
+    MODES,
+    STAGES,
+    ExportRequest,
+    export_decoder,
+)
+from codecstream.export.progress import Progress
+
+PARITY_GROUP = "codecstream.parity"
+#: Exit status when a command could not do its job (as opposed to a parity check that failed).
+EXIT_ERROR = 2
+
+
+def register_export_decoder(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export-decoder",
+        help="export the checkpoint's speech-tokenizer decoder as a .pt2 / .pte / .onnx artifact with a manifest",
+        description="Export the decoder of a Qwen3-TTS checkpoint (or its speech_tokenizer/ directory) into an "
+        "artifact directory: the graph file and manifest.json. Several formats of one graph can share a directory.",
+    )
+    parser.add_argument("checkpoint", type=pathlib.Path, help="Qwen3-TTS model directory or its speech_tokenizer/ directory")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="pt2 (torch.export), pte (ExecuTorch + XNNPACK), onnx (ONNX Runtime)")
+    parser.add_argument("--mode", default="stateful", choices=MODES, help="stateful (exact, default) or windowed (72-frame window)")
+    parser.add_argument("--dtype", default="fp32", choices=("fp32", "int8", "bf16"),
+                        help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 for pt2")  # fmt: skip
+    parser.add_argument("--max-chunk-frames", type=int, default=DEFAULT_MAX_CHUNK_FRAMES, metavar="N",
+                        help=f"largest chunk one call decodes (default {DEFAULT_MAX_CHUNK_FRAMES}); longer inputs are split")  # fmt: skip
+    parser.add_argument("--out", type=pathlib.Path, required=True, metavar="DIR", help="artifact directory to write")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.set_defaults(handler=run_export_decoder)
+
+
+def run_export_decoder(args: argparse.Namespace) -> int:
+    request = ExportRequest(args.checkpoint, args.format, args.mode, args.dtype, args.max_chunk_frames, args.out)
+    try:
+        manifest = export_decoder(request, Progress(total=STAGES, enabled=not args.quiet))
+    except ExportError as error:
+        raise CommandError(str(error), EXIT_ERROR) from None
+    entry = manifest.artifacts[args.format]
+    check = entry.export_check or {}
+    print(f"{args.out / entry.file}: {manifest.mode} {manifest.dtype}, chunks 1..{manifest.max_chunk_frames} frames, "
+          f"{entry.size_bytes / 1e6:.1f} MB, {entry.sha256[:23]}…, export check {check.get('snr_db', 'skipped')} dB")  # fmt: skip
+    return 0
+
+
+def register_parity(subparsers) -> argparse._SubParsersAction:
+    """Add `parity` and every check of the `codecstream.parity` entry-point group; returns the
+    group's sub-parsers so a caller can add checks directly too."""
+    parser = subparsers.add_parser("parity", help="show with numbers that a decoder reproduces the reference audio")
+    checks = parser.add_subparsers(dest="check", required=True, metavar="CHECK")
+    for entry_point in sorted(entry_points(group=PARITY_GROUP), key=lambda e: e.name):
+        try:
+            register = entry_point.load()
+        except ImportError as error:
+            broken = checks.add_parser(entry_point.name, help=f"(unavailable: {error})")
+            broken.set_defaults(handler=lambda args, e=error, n=entry_point.name: _unavailable(n, e))
+            continue
+        register(checks)
+    return checks
+
+
+def _unavailable(name: str, error: ImportError) -> int:
+    raise CommandError(f"parity {name} is unavailable: {error}", EXIT_ERROR)

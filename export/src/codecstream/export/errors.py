@@ -1,0 +1,8 @@
+"""Why an export could not be made, in one line a user can act on."""
+
+from __future__ import annotations
+
+
+class ExportError(Exception):
+    """A bad checkpoint, an unsupported format/mode/dtype combination, a missing optional
+    dependency (the message names the extra to install) or a failed conversion."""

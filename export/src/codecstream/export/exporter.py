@@ -1,0 +1,237 @@
+"""`export_decoder`: checkpoint -> one artifact file + manifest.json in an artifact directory.
+
+Stages: check the request (format/mode/dtype, optional dependencies) before anything slow; read
+the checkpoint and its decoder digest; capture the graph with torch.export (dynamic frame
+dimension); convert it to the format; hash it and merge it into the directory's manifest; load it
+back through the client's runtime and decode a short stream against the eager decoder of the
+same mode, recording that SNR in the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import importlib.util
+import pathlib
+import warnings
+from importlib.metadata import version
+
+import numpy as np
+
+from codecstream.client.runtimes import installed, open_decoder, read_manifest
+from codecstream.client.runtimes.manifest import (
+    ARTIFACT_FILES,
+    MANIFEST_FILE,
+    ArtifactFile,
+    Manifest,
+    file_sha256,
+    write_manifest,
+)
+from codecstream.export.errors import ExportError
+from codecstream.export.metrics import json_number, snr_db
+from codecstream.export.progress import Progress
+from codecstream.protocol.chunking import MAX_CHUNK_FRAMES
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+
+FORMATS = ("pt2", "pte", "onnx")
+MODES = ("stateful", "windowed")
+#: dtypes each format can be exported in; see to_pt2 / to_pte / to_onnx for what each means.
+SUPPORTED_DTYPES = {"pt2": ("fp32", "bf16"), "pte": ("fp32", "int8"), "onnx": ("fp32", "int8")}
+#: Python modules each format needs at export time, and the extra of codecstream-export that has them.
+REQUIREMENTS = {
+    "pt2": ((), None),
+    "pte": (("executorch", "torchao"), "executorch"),
+    "onnx": (("onnx", "onnxscript", "onnxruntime"), "onnx"),
+}
+DEFAULT_MAX_CHUNK_FRAMES = 25
+STAGES = 5
+#: The chunk ramp of the post-export check: every size up to the maximum gets exercised.
+CHECK_RAMP = (2, 4, 8, 16, 25)
+CHECK_FRAMES = 48
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    checkpoint: pathlib.Path
+    format: str
+    mode: str
+    dtype: str = "fp32"
+    max_chunk_frames: int = DEFAULT_MAX_CHUNK_FRAMES
+    out_dir: pathlib.Path = pathlib.Path("artifacts/decoder")
+
+
+def check_request(request: ExportRequest) -> None:
+    """Refuse what cannot work before any slow step: bad combinations, missing dependencies."""
+    if request.format not in FORMATS:
+        raise ExportError(f"unknown format {request.format!r}, expected one of {', '.join(FORMATS)}")
+    if request.mode not in MODES:
+        raise ExportError(f"unknown mode {request.mode!r}, expected one of {', '.join(MODES)}")
+    supported = SUPPORTED_DTYPES[request.format]
+    if request.dtype not in supported:
+        others = [fmt for fmt, dtypes in SUPPORTED_DTYPES.items() if request.dtype in dtypes]
+        hint = f"; {request.dtype} is available for {', '.join(others)}" if others else ""
+        raise ExportError(f"--dtype {request.dtype} is not supported for {request.format} artifacts "
+                          f"(supported: {', '.join(supported)}){hint}")  # fmt: skip
+    if not 1 <= request.max_chunk_frames <= MAX_CHUNK_FRAMES:
+        raise ExportError(f"--max-chunk-frames {request.max_chunk_frames} is out of range, expected 1..{MAX_CHUNK_FRAMES}")
+    modules, extra = REQUIREMENTS[request.format]
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExportError(f"{request.format} export needs {', '.join(missing)}, which is not installed: "
+                          f"pip install 'codecstream-export[{extra}]'")  # fmt: skip
+
+
+def export_decoder(request: ExportRequest, progress: Progress | None = None) -> Manifest:
+    """Write `request.format`'s artifact and its manifest entry into `request.out_dir`."""
+    check_request(request)
+    progress = progress or Progress(total=STAGES, enabled=False)
+    # torch's own pytree deprecation, raised inside torch.export/torch.onnx, not by this code.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    import torch  # after the checks: a bad request fails fast, without importing torch
+
+    from codecstream.export.graphs import build_graph
+
+    out_dir = request.out_dir
+    previous = _previous_manifest(out_dir)
+    with progress.stage(f"reading checkpoint {request.checkpoint}"):
+        model, digest = _read_checkpoint(request.checkpoint)
+        graph = build_graph(model, request.mode, request.max_chunk_frames)
+    with progress.stage(f"capturing the {request.mode} graph with torch.export (frames 1..{request.max_chunk_frames})"):
+        if request.format == "pte" and request.dtype == "int8":
+            from codecstream.export.to_pte import quantize_int8
+
+            exported = quantize_int8(graph)
+        else:
+            if request.dtype == "bf16":  # a copy: the fp32 model stays the reference of the check
+                graph = build_graph(copy.deepcopy(model).to(torch.bfloat16), request.mode, request.max_chunk_frames)
+            exported = torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ARTIFACT_FILES[request.format]
+    partial = path.with_name(path.name + ".partial")
+    with progress.stage(_CONVERSION_TITLES[request.format]):
+        try:
+            details = _writer(request.format)(graph, exported, partial, request.dtype)
+        except Exception:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(path)
+    with progress.stage("hashing and writing manifest.json"):
+        entry = ArtifactFile(
+            format=request.format,
+            file=path.name,
+            sha256=file_sha256(path),
+            size_bytes=path.stat().st_size,
+            runtime=details["runtime"],
+            versions=details["versions"],
+            quantization=details["quantization"],
+        )
+        manifest = _manifest(request, graph, digest, model, entry, previous)
+        write_manifest(out_dir, manifest)
+    with progress.stage(f"checking the artifact through the client runtime ({CHECK_FRAMES} frames)"):
+        check = _export_check(request, model, out_dir)
+        if check is None:
+            progress.note(f"skipped: the {request.format} runtime is not installed here")
+        else:
+            progress.note(f"SNR {check['snr_db']} dB against the eager {request.mode} decoder")
+        entry = dataclasses.replace(entry, export_check=check)
+        manifest = dataclasses.replace(manifest, artifacts={**manifest.artifacts, request.format: entry})
+        write_manifest(out_dir, manifest)
+    return manifest
+
+
+_CONVERSION_TITLES = {
+    "pt2": "saving the exported program (.pt2)",
+    "pte": "lowering to ExecuTorch with XNNPACK (about 1-3 minutes)",
+    "onnx": "converting to ONNX (torch.onnx, dynamo exporter)",
+}
+
+
+def _writer(fmt: str):
+    if fmt == "pt2":
+        from codecstream.export.to_pt2 import write_pt2
+
+        return write_pt2
+    if fmt == "pte":
+        from codecstream.export.to_pte import write_pte
+
+        return write_pte
+    from codecstream.export.to_onnx import write_onnx
+
+    return write_onnx
+
+
+def _read_checkpoint(checkpoint: pathlib.Path):
+    from codecstream.decoder import CheckpointError, load_decoder
+    from codecstream.protocol.digest import DigestError, decoder_digest
+
+    try:
+        return load_decoder(checkpoint), decoder_digest(checkpoint)
+    except (CheckpointError, DigestError) as error:
+        raise ExportError(f"cannot read checkpoint: {error}") from None
+
+
+def _previous_manifest(out_dir: pathlib.Path) -> Manifest | None:
+    if not (out_dir / MANIFEST_FILE).exists():
+        return None
+    try:
+        return read_manifest(out_dir)
+    except Exception as error:
+        raise ExportError(f"{out_dir} holds an unreadable {MANIFEST_FILE} ({error}); use an empty --out directory") from None
+
+
+def _manifest(request: ExportRequest, graph, digest: str, model, entry: ArtifactFile, previous: Manifest | None) -> Manifest:
+    manifest = Manifest(
+        codec=Manifest.codec_json(qwen3_tts_12hz_spec(digest)),
+        mode=request.mode,
+        dtype=request.dtype,
+        min_chunk_frames=1,
+        max_chunk_frames=request.max_chunk_frames,
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+        state=graph.state,
+        window=graph.window,
+        artifacts={entry.format: entry},
+        source={"checkpoint": str(request.checkpoint.resolve()), "decoder_config": _config_json(model.config)},
+        exporter={
+            "name": "codecstream-export",
+            "version": version("codecstream-export"),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+    )
+    if previous is None:
+        return manifest
+    differences = previous.same_graph(manifest)
+    if differences:
+        held = ", ".join(sorted(previous.artifacts))
+        raise ExportError(
+            f"{request.out_dir} already holds {previous.mode} {previous.dtype} artifacts ({held}) of another graph "
+            f"(differs in {', '.join(differences)}); export into another --out directory"
+        )
+    return dataclasses.replace(manifest, artifacts={**previous.artifacts, entry.format: entry})
+
+
+def _config_json(config) -> dict:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in dataclasses.asdict(config).items()}
+
+
+def _export_check(request: ExportRequest, model, out_dir: pathlib.Path) -> dict | None:
+    """Decode a short random stream in the ramp with the artifact and the eager decoder of its mode."""
+    if not installed(request.format):
+        return None
+    from codecstream.decoder import make_frame_decoder
+
+    codes = np.random.default_rng(0).integers(0, model.config.codebook_size, (CHECK_FRAMES, model.config.num_quantizers))
+    artifact = open_decoder(out_dir, backend=request.format)
+    eager = make_frame_decoder(model, request.mode)
+    sizes = [min(size, request.max_chunk_frames) for size in CHECK_RAMP]
+    got, want = [], []
+    start, index = 0, 0
+    while start < len(codes):
+        chunk = codes[start : start + sizes[min(index, len(sizes) - 1)]]
+        got.append(artifact.decode(chunk))
+        want.append(eager.decode(chunk))
+        start += len(chunk)
+        index += 1
+    snr = snr_db(np.concatenate(want), np.concatenate(got))
+    return {"frames": CHECK_FRAMES, "chunking": sizes, "against": f"eager {request.mode}", "snr_db": json_number(snr)}

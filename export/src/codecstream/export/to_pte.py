@@ -1,0 +1,45 @@
+"""ExecuTorch `.pte` with the XNNPACK backend, for `executorch.runtime`.
+
+XNNPACK takes the convolutions, transposed convolutions, linears, softmax and elementwise math;
+embedding, layer norm, the attention-mask ops and the state slicing stay on ExecuTorch's CPU
+kernels. int8 is XNNPACK's dynamic quantization (pt2e flow): per-channel int8 weights of the
+linears and (transposed) convolutions, int8 activations quantized per call.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from importlib.metadata import version
+
+import torch
+
+from codecstream.export.graphs import Graph
+
+
+def quantize_int8(graph: Graph) -> torch.export.ExportedProgram:
+    """The graph with XNNPACK dynamic int8 quantization, exported again for lowering."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    captured = torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes).module()
+    prepared = prepare_pt2e(captured, quantizer)
+    prepared(*graph.example_inputs)  # dynamic activations: this only runs the weight observers
+    converted = convert_pt2e(prepared)
+    return torch.export.export(converted, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
+
+
+def write_pte(graph: Graph, exported: torch.export.ExportedProgram, path: pathlib.Path, dtype: str) -> dict:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    path.write_bytes(lowered.to_executorch().buffer)
+    quantization = None
+    if dtype == "int8":
+        quantization = "XNNPACK dynamic int8: per-channel int8 weights (linear, conv, transposed conv), int8 activations quantized per call"
+    versions = {name: version(name) for name in ("torch", "executorch", "torchao")}
+    return {"runtime": "executorch", "versions": versions, "quantization": quantization}
