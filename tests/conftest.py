@@ -95,3 +95,20 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
 def replay_server(replay_server_factory) -> RunningServer:
     """A replay server with 60 random frames, as fast as possible."""
     return replay_server_factory()
+
+
+@pytest.fixture(scope="session")
+def talker_engine(tmp_path_factory):
+    """vLLM-Omni's talker on the CPU, serving a tiny random CustomVoice checkpoint; one per session
+    (engine start-up takes 30-80 s here), shared by the server and end-to-end tests."""
+    # Imported here: the engine stack (vLLM) is heavy and only these tests need it.
+    from codecstream.server.source import SynthesisRequest
+    from tests.server.engine_harness import start_talker_engine, stop_talker_engine
+
+    engine = start_talker_engine(tmp_path_factory.mktemp("qwen3-tts-tiny-custom-voice"))
+    try:
+        # The first request pays one-off costs (tokenizer load, first kernels); keep them out of timings.
+        engine.collect(SynthesisRequest(text="Warm up.", voice="ryan", seed=0, max_frames=2), "warm-up")
+        yield engine
+    finally:
+        stop_talker_engine(engine)

@@ -1,0 +1,88 @@
+"""End to end on this machine: the real vLLM-Omni talker (CPU, tiny checkpoint) behind the real gRPC
+server on a loopback socket, and the client decoding on the device."""
+
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+
+from codecstream.client import Client, CodecMismatch
+from codecstream.client.runtimes import open_decoder
+from codecstream.decoder import decode_utterance, load_decoder
+from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.v1 import synthesis_pb2 as pb
+
+pytestmark = pytest.mark.engine
+
+
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / noise)
+
+
+@pytest.fixture(scope="module")
+def speech_tokenizer(engine_server):
+    return engine_server.checkpoint / "speech_tokenizer"
+
+
+def test_engine_speech_decodes_on_the_client_equal_to_the_reference_decode(engine_server, speech_tokenizer):
+    decoder = open_decoder(speech_tokenizer, backend="torch")
+    with Client(engine_server.target) as client:
+        stream = client.synthesize("Hello from the talker.", decoder=decoder, voice="ryan", seed=1, max_frames=60)
+        chunks = list(stream)
+    codes = np.concatenate([c.codes for c in chunks])
+    pcm = np.concatenate([c.samples for c in chunks])
+    assert stream.end.reason in (pb.END_REASON_EOS, pb.END_REASON_MAX_FRAMES)
+    assert len(codes) >= 2 and len(pcm) == len(codes) * 1920
+    assert snr_db(decode_utterance(load_decoder(speech_tokenizer), codes), pcm) > 90
+    # Chunks arrive as the engine steps, not all at the end.
+    assert chunks[0].arrived_s < chunks[-1].arrived_s
+
+
+def test_cancel_stops_the_engine_within_one_chunk_and_the_next_request_runs(engine_server, speech_tokenizer):
+    decoder = open_decoder(speech_tokenizer, backend="torch")
+    with Client(engine_server.target) as client:
+        stream = client.synthesize("A long sentence that will be interrupted.", decoder=decoder, voice="ryan",
+                                   seed=2, max_frames=400, chunking=[2])  # fmt: skip
+        first = next(stream)
+        end = stream.cancel(played_frames=first.num_frames)
+        assert end.reason in (pb.END_REASON_CANCELLED, pb.END_REASON_EOS)
+        if end.reason == pb.END_REASON_CANCELLED:
+            assert end.stats.played_frames == first.num_frames
+        assert engine_server.wait_for_no_live_requests() == 0
+        again = client.synthesize("Next turn.", decoder=decoder, voice="ryan", seed=3, max_frames=10)
+        assert sum(c.num_frames for c in again) >= 1
+
+
+def test_client_with_another_decoder_is_refused_before_generation(engine_server, tmp_path):
+    other = open_decoder(write_speech_tokenizer(tmp_path / "other", preset="tiny", seed=99), backend="torch")
+    with Client(engine_server.target) as client, pytest.raises(CodecMismatch, match="decoder_digest"):
+        next(iter(client.synthesize("Hi.", decoder=other)))
+
+
+def test_cli_say_writes_a_wav_of_frames_times_1920_samples(engine_server, speech_tokenizer, tmp_path):
+    out = tmp_path / "say.wav"
+    result = subprocess.run(
+        [sys.executable, "-m", "codecstream.client.cli", "say", "Hello there.", "--server", engine_server.target,
+         "--voice", "ryan", "--seed", "4", "--max-frames", "40", "--decoder", str(speech_tokenizer), "--backend", "torch",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() % 1920 == 0 and wav.getnframes() > 0
+    assert "first audio" in result.stderr
+
+
+def test_cli_parity_e2e_passes_with_the_stateful_decoder(engine_server, speech_tokenizer, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "codecstream.client.cli", "parity", "e2e", "--server", engine_server.target,
+         "--text", "Parity check.", "--voice", "ryan", "--seed", "5", "--max-frames", "40",
+         "--decoder", str(speech_tokenizer), "--backend", "torch", "--checkpoint", str(speech_tokenizer),
+         "--json", str(tmp_path / "e2e.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASS" in result.stdout
