@@ -7,7 +7,6 @@ generate), and tests drive it through `run(coroutine)` with a bounded wait.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from pathlib import Path

@@ -42,7 +42,7 @@ class CheckpointInfo:
 
     def language_names(self) -> list[str]:
         """Languages as users write them ("English"), "Auto" first."""
-        return [AUTO_LANGUAGE] + sorted(name.title() for name in self.languages)
+        return [AUTO_LANGUAGE, *sorted(name.title() for name in self.languages)]
 
 
 def resolve_model_dir(model: str) -> Path:
@@ -57,7 +57,9 @@ def resolve_model_dir(model: str) -> Path:
     try:
         return Path(snapshot_download(model))
     except Exception as error:
-        raise CheckpointError(f"model {model!r} is neither a local directory nor a reachable hub id: {error}") from error
+        raise CheckpointError(
+            f"model {model!r} is neither a local directory nor a reachable hub id: {error}"
+        ) from error
 
 
 def read_checkpoint_info(model_dir: Path) -> CheckpointInfo:
@@ -70,7 +72,8 @@ def read_checkpoint_info(model_dir: Path) -> CheckpointInfo:
     variant = str(config.get("tts_model_type", "")).lower()
     if variant not in _VARIANT_TASKS:
         raise CheckpointError(
-            f"{config_file}: tts_model_type is {config.get('tts_model_type')!r}, expected one of {sorted(_VARIANT_TASKS)}"
+            f"{config_file}: tts_model_type is {config.get('tts_model_type')!r}, "
+            f"expected one of {sorted(_VARIANT_TASKS)}"
         )
     talker = config.get("talker_config") or {}
     spk_is_dialect = talker.get("spk_is_dialect") or {}

@@ -60,5 +60,6 @@ def silent_wav(seconds: float) -> bytes:
     import soundfile
 
     out = io.BytesIO()
-    soundfile.write(out, np.zeros(int(seconds * ENCODER_SAMPLE_RATE_HZ), dtype=np.float32), ENCODER_SAMPLE_RATE_HZ, format="WAV")
+    silence = np.zeros(int(seconds * ENCODER_SAMPLE_RATE_HZ), dtype=np.float32)
+    soundfile.write(out, silence, ENCODER_SAMPLE_RATE_HZ, format="WAV")
     return out.getvalue()
