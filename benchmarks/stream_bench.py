@@ -101,7 +101,7 @@ def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, 
         stream = client.synthesize(text, decoder=decoder, voice="ryan", seed=seed)
         chunks = []
         for chunk in stream:
-            buffer.push(chunk.samples, chunk.decode_s, max(0.0, chunk.arrived_s - chunk.first_frame * 0.08))
+            buffer.push(chunk.samples, chunk.decode_s, chunk.arrived_s)
             chunks.append({"seq": chunk.seq, "frames": chunk.num_frames, "arrived_ms": chunk.arrived_s * 1000,
                            "decoded_ms": chunk.decoded_s * 1000, "decode_ms": chunk.decode_s * 1000})  # fmt: skip
         buffer.end_of_stream()

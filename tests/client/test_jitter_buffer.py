@@ -50,9 +50,16 @@ def test_clear_drops_queued_audio_at_once():
 
 def test_automatic_delay_covers_measured_decode_time_and_lateness():
     buffer = JitterBuffer(RATE)
-    buffer.push(tone(0.16), decode_s=0.03, lateness_s=0.0)
-    buffer.push(tone(0.32), decode_s=0.05, lateness_s=0.04)
-    assert buffer.stats.playout_delay_s >= 0.05 + 0.04 + SAFETY_MARGIN_S
+    buffer.push(tone(0.16), decode_s=0.03, arrived_s=10.0)
+    buffer.push(tone(0.32), decode_s=0.05, arrived_s=10.20)  # due at 10.16: 40 ms late
+    assert buffer.stats.playout_delay_s >= 0.05 + 0.04 + SAFETY_MARGIN_S - 1e-9
+
+
+def test_a_slow_first_chunk_is_not_lateness():
+    buffer = JitterBuffer(RATE)
+    buffer.push(tone(0.16), decode_s=0.03, arrived_s=5.0)  # the request took 5 s: that is latency, not jitter
+    buffer.push(tone(0.32), decode_s=0.03, arrived_s=5.10)  # ahead of schedule
+    assert buffer.stats.playout_delay_s < 0.03 + SAFETY_MARGIN_S + 1e-9
 
 
 def test_automatic_delay_grows_after_an_underrun():

@@ -41,15 +41,24 @@ class JitterBuffer:
         self._ended = False
         self._in_underrun = False
         self._decode_s: list[float] = []
+        self._first_arrival_s: float | None = None
+        self._pushed = 0
         self._lateness_s: list[float] = []
         self.stats = JitterStats(playout_delay_s=playout_delay_s or 0.0)
 
     # -- producer (decode thread) --------------------------------------------------------------
 
-    def push(self, samples: np.ndarray, decode_s: float = 0.0, lateness_s: float = 0.0) -> None:
-        """Queue decoded samples; `decode_s` is what decoding them took, `lateness_s` how far behind
-        its real-time schedule the chunk arrived."""
+    def push(self, samples: np.ndarray, decode_s: float = 0.0, arrived_s: float | None = None) -> None:
+        """Queue decoded samples; `decode_s` is what decoding them took, `arrived_s` when their chunk
+        arrived (any clock, seconds). Lateness is measured against a real-time schedule that starts
+        with the first chunk's arrival: chunk k is due when the audio before it would have played."""
         with self._lock:
+            lateness_s = 0.0
+            if arrived_s is not None:
+                if self._first_arrival_s is None:
+                    self._first_arrival_s = arrived_s
+                lateness_s = max(0.0, arrived_s - self._first_arrival_s - self._pushed / self.sample_rate)
+            self._pushed += len(samples)
             self._blocks.append(np.asarray(samples, dtype=np.float32))
             self._buffered += len(samples)
             self._decode_s.append(decode_s)

@@ -52,7 +52,7 @@ def run_say(args: argparse.Namespace) -> int:
                 if wav:
                     wav.write(chunk.samples)
                 if speaker:
-                    buffer.push(chunk.samples, chunk.decode_s, max(0.0, chunk.arrived_s - chunk.first_frame * 0.08))
+                    buffer.push(chunk.samples, chunk.decode_s, chunk.arrived_s)
                 stats = stream.stats
                 line.update(
                     f"first audio {stats.time_to_first_audio_s * 1000:.0f} ms | decode RTF {stats.decode_rtf:.2f} | "
