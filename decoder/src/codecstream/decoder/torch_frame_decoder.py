@@ -36,7 +36,7 @@ class TorchFrameDecoder(FrameDecoder):
         """Take k frames as context without producing samples."""
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
-        return self.decode_tensor(codes).numpy().astype(np.float32, copy=False)
+        return self.decode_tensor(codes).float().numpy()
 
     def prime(self, codes: np.ndarray) -> None:
         self.prime_tensor(codes)

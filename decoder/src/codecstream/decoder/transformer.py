@@ -51,7 +51,8 @@ class RotaryEmbedding(nn.Module):
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    # cos/sin are float32; in a bf16 model they must not promote q and k (v stays bf16).
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
 def sliding_window_bias(query_positions: torch.Tensor, key_positions: torch.Tensor,
