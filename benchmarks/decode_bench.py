@@ -1,0 +1,362 @@
+"""Decoder cost and parity at real size on this machine: not a unit test, a measurement to record.
+
+    .venv/bin/python benchmarks/decode_bench.py            # ~15 minutes on 2 cores
+    .venv/bin/python benchmarks/decode_bench.py --quick    # a smoke run, a minute or two
+
+Builds (once, under .cache/) a real-size random-weight speech_tokenizer/ directory (114.3 M
+parameters, "mild" and "stressed" inits), then measures, each in its own process so that peak
+RSS belongs to one mode:
+  - full: one forward over the whole utterance (the ground truth), and vLLM-Omni's reference decoder
+    on the same codes and weights when vllm_omni is importable (parity of the full decode);
+  - stateful, windowed (conv-split) and windowed-plain at chunk sizes C: ms per chunk (median, p90),
+    RTF (median chunk time / chunk audio duration), first-chunk latency of a fresh stream (after a
+    warm-up stream, as a client that warms its decoder at start-up sees it), peak RSS, and SNR /
+    max abs error of the streamed audio against the full decode;
+  - the very first 2-frame chunk of a cold process (no warm-up) for the stateful decoder.
+Writes benchmarks/results/decode_bench.json (machine, threads, versions, exact command) and
+decode_bench.png (RTF per mode against C). Progress goes to stderr as it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CHUNKS = (1, 2, 4, 8, 16, 25)
+STREAM_MODES = ("stateful", "windowed", "windowed-plain")
+FRAME_SECONDS = 0.08
+
+
+def log(message: str) -> None:
+    print(f"[decode_bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
+    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / noise))
+
+
+def parity(reference: np.ndarray, other: np.ndarray) -> dict:
+    return {"snr_db": round(snr_db(reference, other), 2), "max_abs_error": float(np.max(np.abs(reference - other)))}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_codes(frames: int) -> np.ndarray:
+    return np.random.default_rng(1234).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+
+
+# -- workers: each runs in its own process and prints one JSON object on stdout ----------------------
+
+
+def worker_full(args) -> dict:
+    import torch
+
+    from codecstream.decoder import decode_utterance, load_decoder
+
+    model = load_decoder(args.checkpoint)
+    codes = bench_codes(args.frames)
+    decode_utterance(model, codes[:8])
+    start = time.perf_counter()
+    pcm = decode_utterance(model, codes)
+    seconds = time.perf_counter() - start
+    np.save(args.scratch / f"full-{args.init}.npy", pcm)
+    result = {
+        "frames": len(codes),
+        "seconds": round(seconds, 3),
+        "rtf": round(seconds / (len(codes) * FRAME_SECONDS), 4),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+    try:
+        reference = _reference_pcm(args.checkpoint, codes)
+    except ImportError as err:
+        result["reference"] = f"not measured: vllm_omni not importable ({err})"
+    else:
+        result["reference"] = {"implementation": f"vllm-omni {metadata.version('vllm-omni')} tokenizer_12hz"}
+        result["reference"].update(parity(reference, pcm))
+    del torch
+    return result
+
+
+def _reference_pcm(checkpoint: Path, codes: np.ndarray) -> np.ndarray:
+    import torch
+    from safetensors.torch import load_file
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        configuration_qwen3_tts_tokenizer_v2 as configuration,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import modeling_qwen3_tts_tokenizer_v2 as modeling
+
+    config = configuration.Qwen3TTSTokenizerV2Config.from_pretrained(str(checkpoint)).decoder_config
+    model = modeling.Qwen3TTSTokenizerV2Decoder._from_config(config).eval()
+    weights = load_file(str(checkpoint / "model.safetensors"))
+    model.load_state_dict({name.removeprefix("decoder."): t for name, t in weights.items()}, strict=True)
+    with torch.inference_mode():
+        return model(torch.from_numpy(codes.astype(np.int64)).T.unsqueeze(0))[0, 0].numpy()
+
+
+def worker_stream(args) -> dict:
+    from codecstream.decoder import load_decoder, make_frame_decoder
+
+    model = load_decoder(args.checkpoint)
+    full = np.load(args.scratch / f"full-{args.init}.npy")
+    codes = bench_codes(args.frames)
+    decoder = make_frame_decoder(model, args.mode)
+    cold = None
+    if args.mode == "stateful":
+        start = time.perf_counter()
+        decoder.decode(codes[:2])
+        cold = round((time.perf_counter() - start) * 1000, 1)
+        decoder.reset()
+    # Windowed decoders are timed with a full 72-frame window (primed, as mid-utterance); the
+    # stateful decoder's cost does not depend on the position, so it streams from frame 0.
+    context = 0 if args.mode == "stateful" else model.config.sliding_window
+    results = {}
+    for chunk in args.chunks:
+        frames = min(len(codes) - context, max(chunk * args.min_calls, args.mode_frames))
+        frames -= frames % chunk
+        for warm in range(0, 4 * chunk, chunk):  # warm-up stream: shapes, allocator, caches
+            decoder.decode(codes[warm : warm + chunk])
+        decoder.reset()
+        start = time.perf_counter()
+        decoder.decode(codes[:chunk])
+        first = time.perf_counter() - start
+        decoder.reset()
+        decoder.prime(codes[:context])
+        times, pieces = [], []
+        for begin in range(context, context + frames, chunk):
+            start = time.perf_counter()
+            pieces.append(decoder.decode(codes[begin : begin + chunk]))
+            times.append(time.perf_counter() - start)
+        decoder.reset()
+        median = float(np.median(times))
+        streamed = np.concatenate(pieces)
+        results[str(chunk)] = {
+            "frames": frames,
+            "calls": len(times),
+            "ms_per_chunk_median": round(median * 1000, 2),
+            "ms_per_chunk_p90": round(float(np.percentile(times, 90)) * 1000, 2),
+            "rtf": round(median / (chunk * FRAME_SECONDS), 4),
+            "first_chunk_ms": round(first * 1000, 1),
+            **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 : (context + frames) * 1920], streamed).items()},
+        }
+        log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
+    out = {"chunks": results, "peak_rss_mb": round(peak_rss_mb(), 1)}
+    if cold is not None:
+        out["cold_process_first_2_frame_chunk_ms"] = cold
+    return out
+
+
+def worker_ramp(args) -> dict:
+    """Stateful parity for a ramp of chunk sizes (the chunking a server uses at stream start)."""
+    from codecstream.decoder import StatefulDecoder, load_decoder
+
+    model = load_decoder(args.checkpoint)
+    full = np.load(args.scratch / f"full-{args.init}.npy")
+    codes = bench_codes(args.frames)
+    decoder = StatefulDecoder(model)
+    sizes, pieces, begin = [2, 4, 8, 16, 25], [], 0
+    while begin < len(codes):
+        size = sizes[min(len(pieces), len(sizes) - 1)]
+        pieces.append(decoder.decode(codes[begin : begin + size]))
+        begin += size
+    return {"ramp": sizes, "frames": len(codes), **parity(full, np.concatenate(pieces))}
+
+
+WORKERS = {"full": worker_full, "stream": worker_stream, "ramp": worker_ramp}
+
+
+# -- driver -------------------------------------------------------------------------------------------
+
+
+def ensure_checkpoint(cache: Path, init: str) -> Path:
+    from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+
+    directory = cache / f"real-seed0-{init}"
+    if not (directory / "model.safetensors").exists():
+        log(f"writing a real-size random checkpoint ({init}) to {directory}")
+        write_speech_tokenizer(directory, preset="real", seed=0, init=init)
+    return directory
+
+
+def run_worker(kind: str, base: list[str], **options) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, *base]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        command += [flag, *map(str, value)] if isinstance(value, (list, tuple)) else [flag, str(value)]
+    completed = subprocess.run(command, stdout=subprocess.PIPE, check=True, text=True)
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return {
+        "cpu_model": cpu,
+        "logical_cpus": os.cpu_count(),
+        "avx512f": " avx512f" in flags,
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for name in ("torch", "numpy", "safetensors", "codecstream-decoder", "vllm-omni", "transformers"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for mode in STREAM_MODES:
+        chunks = results["modes"].get(mode, {}).get("chunks", {})
+        if chunks:
+            sizes = sorted(int(c) for c in chunks)
+            axis.plot(sizes, [chunks[str(c)]["rtf"] for c in sizes], marker="o", label=mode)
+    full_rtf = results["modes"]["full"]["rtf"]
+    axis.axhline(full_rtf, color="grey", linestyle=":", label=f"full utterance ({full_rtf:.2f})")
+    axis.axhline(0.6, color="red", linestyle="--", label="target stateful RTF 0.6")
+    axis.axhline(1.0, color="black", linewidth=0.8, label="real time")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xticks(CHUNKS, [str(c) for c in CHUNKS])
+    axis.set_xlabel("chunk size C (frames of 80 ms)")
+    axis.set_ylabel("RTF (decode time / audio time)")
+    axis.set_title(f"Qwen3-TTS 12 Hz decoder, real size, eager fp32, {results['threads']} threads\n"
+                   f"{results['machine']['cpu_model']}", fontsize=9)  # fmt: skip
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def drive(args) -> None:
+    cache = REPO / ".cache" / "decode_bench"
+    scratch = cache / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    results = {
+        "benchmark": "decode_bench",
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "threads": args.threads,
+        "machine": machine(),
+        "versions": versions(),
+        "precision": "fp32, eager PyTorch",
+        "checkpoint": "random weights, real size (114.3 M parameters), seed 0; codes uniform random, seed 1234",
+        "notes": [
+            "RTF = median ms per chunk / (C x 80 ms); first_chunk_ms = first decode of a fresh stream "
+            "after one warm-up stream in the same process; cold_process_first_2_frame_chunk_ms has no warm-up.",
+            "Windowed modes are timed mid-utterance (72 frames of context primed first); the stateful decoder "
+            "streams from frame 0 (its cost does not depend on the position).",
+            "Each mode runs in its own process; peak_rss_mb is that process's peak (model + derived tables + "
+            "activations).",
+            "vs_full_* compares the streamed audio with one full-utterance forward over the same frames.",
+        ],
+        "modes": {},
+        "parity": {},
+    }
+    chunks = list(args.chunks)
+    for init in args.inits:
+        checkpoint = ensure_checkpoint(cache, init)
+        base = ["--checkpoint", str(checkpoint), "--scratch", str(scratch), "--init", init,
+                "--threads", str(args.threads), "--frames", str(args.frames)]  # fmt: skip
+        log(f"{init}: full-utterance decode of {args.frames} frames (+ the vLLM-Omni reference if importable)")
+        full = run_worker("full", base)
+        log(f"{init}: full {full}")
+        parity_block = {"full_vs_reference": full.get("reference")}
+        timed = init == args.inits[0]
+        if timed:
+            results["modes"]["full"] = {key: full[key] for key in ("frames", "seconds", "rtf", "peak_rss_mb")}
+        for mode in STREAM_MODES:
+            if not timed and mode == "windowed-plain":
+                continue
+            mode_chunks = chunks if timed else [c for c in chunks if c in (1, 25)] or chunks[:1]
+            frames_for_mode = {"stateful": args.frames, "windowed": args.windowed_frames,
+                               "windowed-plain": args.plain_frames}[mode]  # fmt: skip
+            min_calls = args.plain_calls if mode == "windowed-plain" else args.min_calls
+            log(f"{init}: {mode} at C={mode_chunks}")
+            measured = run_worker("stream", base, mode=mode, chunks=mode_chunks, mode_frames=frames_for_mode,
+                                  min_calls=min_calls)  # fmt: skip
+            if timed:
+                results["modes"][mode] = measured
+            parity_block[mode] = {
+                c: {k.removeprefix("vs_full_"): v for k, v in m.items() if k.startswith("vs_full_")} | {"frames": m["frames"]}
+                for c, m in measured["chunks"].items()
+            }
+        parity_block["stateful_ramp"] = run_worker("ramp", base)
+        log(f"{init}: stateful ramp {parity_block['stateful_ramp']}")
+        results["parity"][init] = parity_block
+    results["wall_seconds"] = round(time.time() - started, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, out.with_suffix(".png"))
+    log(f"wrote {out} and {out.with_suffix('.png')} in {results['wall_seconds']} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS))
+    parser.add_argument("--inits", nargs="+", default=["mild", "stressed"], choices=["mild", "stressed"])
+    parser.add_argument("--frames", type=int, default=600, help="utterance length (stateful decodes all of it)")
+    parser.add_argument("--windowed-frames", type=int, default=200)
+    parser.add_argument("--plain-frames", type=int, default=0)
+    parser.add_argument("--min-calls", type=int, default=24, help="at least this many chunks per measurement")
+    parser.add_argument("--plain-calls", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="short run to check the script (numbers not for the record)")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decode_bench.json"))
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--init", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--mode-frames", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)))
+        return
+    if args.quick:
+        args.frames, args.windowed_frames, args.min_calls, args.plain_calls = 120, 24, 4, 2
+        args.chunks, args.inits = [2, 8], ["mild"]
+        args.out = str(REPO / ".cache" / "decode_bench" / "quick.json")
+    drive(args)
+
+
+if __name__ == "__main__":
+    main()
