@@ -18,7 +18,7 @@ from codecstream.decoder.torch_frame_decoder import TorchFrameDecoder
 def decode_utterance(model: Qwen3TTSDecoder, codes: np.ndarray | torch.Tensor) -> np.ndarray:
     """(T, Q) codes -> (T * 1920,) float32 PCM, one forward over the whole utterance."""
     tensor = codes_to_tensor(codes, model.config.num_quantizers, model.config.codebook_size)
-    return model(tensor)[0].numpy().astype(np.float32, copy=False)
+    return model(tensor)[0].float().numpy()
 
 
 class FullUtteranceDecoder(TorchFrameDecoder):
