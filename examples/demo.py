@@ -1,59 +1,95 @@
-"""Round trip of the codecstream.v1 contract on loopback: a replay server streams codes to the client.
+"""The main job on an embedded default, end to end on this machine.
 
-Run through `scripts/demo`. Starts `codecstream-server --replay` on a recorded (here: random)
-codes file, streams one utterance with the Python client and prints the chunk timeline.
+1. builds a tiny random-weight Qwen3-TTS checkpoint in the official layout (no download possible
+   or needed), 2. exports its decoder to an ONNX artifact (`codecstream export-decoder`),
+3. starts `codecstream-server` on it (the real vLLM-Omni talker on the CPU), 4. speaks a sentence
+with `codecstream say`: codes over gRPC, decoded on the client with ONNX Runtime, written to a WAV,
+5. proves with `codecstream parity e2e` that the client's audio equals the reference decode.
+
+Run through `scripts/demo` (which sets up .venv first). Everything lands in .cache/demo/.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import pathlib
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-import numpy as np
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+WORK = ROOT / ".cache" / "demo"
+BIN = pathlib.Path(sys.executable).parent
 
-from codecstream.client import Client
-from codecstream.protocol import save_codes_file
+
+def step(message: str) -> None:
+    print(f"\n== {message}", flush=True)
 
 
-def wait_for_port(port_file: pathlib.Path, process: subprocess.Popen, timeout: float = 60) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_file.exists() and port_file.read_text():
-            return int(port_file.read_text())
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}")
-        time.sleep(0.05)
-    raise SystemExit("server did not start in time")
+def run(*command: str) -> None:
+    print("$ " + " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def start_server(checkpoint: pathlib.Path) -> tuple[subprocess.Popen, str]:
+    port_file = WORK / "server.port"
+    port_file.unlink(missing_ok=True)
+    log = open(WORK / "server.log", "w")  # noqa: SIM115 - lives as long as the server
+    command = [str(BIN / "codecstream-server"), "--model", str(checkpoint), "--port", "0", "--port-file", str(port_file)]
+    print("$ " + " ".join(command) + f"  (log: {log.name})", flush=True)
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    started, shown = time.monotonic(), -10.0
+    while not (port_file.exists() and port_file.read_text()):
+        if server.poll() is not None:
+            raise SystemExit(f"server exited with {server.returncode}; see {log.name}")
+        waited = time.monotonic() - started
+        if sys.stdout.isatty():
+            print(f"\r   engine starting ... {waited:4.0f} s", end="", flush=True)
+        elif waited - shown >= 10:
+            print(f"   engine starting ... {waited:4.0f} s", flush=True)
+            shown = waited
+        time.sleep(1)
+    print(f"\r   engine ready after {time.monotonic() - started:.0f} s", flush=True)
+    return server, f"127.0.0.1:{port_file.read_text()}"
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as folder:
-        codes_file = pathlib.Path(folder) / "utterance.npy"
-        save_codes_file(codes_file, np.random.default_rng(0).integers(0, 2048, (50, 16), dtype=np.int16))
-        port_file = pathlib.Path(folder) / "port"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(codes_file), "--port", "0",
-             "--port-file", str(port_file), "--log-level", "WARNING"],
-        )  # fmt: skip
-        try:
-            port = wait_for_port(port_file, server)
-            with Client(f"127.0.0.1:{port}") as client:
-                started = time.monotonic()
-                stream = client.stream_codes("Hello from codecstream.", voice="vivian")
-                for chunk in stream:
-                    arrived_ms = (time.monotonic() - started) * 1000
-                    print(f"chunk {chunk.seq:2d}: frames {chunk.first_frame:3d}..{chunk.first_frame + chunk.num_frames - 1:3d} "
-                          f"({chunk.num_frames:2d}) arrived at {arrived_ms:7.1f} ms, {len(chunk.codes.tobytes())} bytes")  # fmt: skip
-            end = stream.end
-            seconds = end.frames_generated * 0.08
-            print(f"end: {end.frames_generated} frames = {seconds:.2f} s of audio, reason EOS={end.reason == 1}; "
-                  f"payload {end.frames_generated * 32 / seconds:.0f} B/s (16-bit PCM would be 48000 B/s)")  # fmt: skip
-        finally:
-            server.terminate()
-            server.wait(30)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--text", default="Codec tokens travel over the network; the audio is made right here.")
+    parser.add_argument("--voice", default="ryan")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    checkpoint = WORK / "qwen3-tts-tiny"
+    artifact = WORK / "decoder-onnx"
+
+    step("1/5 random-weight Qwen3-TTS checkpoint (tiny talker, official layout)")
+    if not (checkpoint / "speech_tokenizer" / "model.safetensors").exists():
+        run(str(BIN / "python"), "-m", "codecstream.server.random_checkpoint", str(checkpoint), "--preset", "tiny")
+    else:
+        print(f"   reusing {checkpoint}")
+
+    step("2/5 export the decoder for the client (stateful, ONNX)")
+    if not (artifact / "manifest.json").exists():
+        run(str(BIN / "codecstream"), "export-decoder", str(checkpoint), "--format", "onnx", "--mode", "stateful", "--out", str(artifact))
+    else:
+        print(f"   reusing {artifact}")
+
+    step("3/5 codecstream-server on the real vLLM-Omni talker (CPU)")
+    server, target = start_server(checkpoint)
+    try:
+        step("4/5 codecstream say: codes over gRPC, decoded here with ONNX Runtime")
+        run(str(BIN / "codecstream"), "say", args.text, "--server", target, "--voice", args.voice, "--seed", "7",
+            "--decoder", str(artifact), "--backend", "onnx", "--out", str(WORK / "demo.wav"))  # fmt: skip
+        step("5/5 parity: the client's audio vs the reference decode of the same codes")
+        run(str(BIN / "codecstream"), "parity", "e2e", "--server", target, "--text", args.text, "--voice", args.voice,
+            "--seed", "7", "--decoder", str(artifact), "--backend", "onnx", "--checkpoint", str(checkpoint),
+            "--json", str(WORK / "parity_e2e.json"), "--plot", str(WORK / "parity_e2e.png"))  # fmt: skip
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    print(f"\nDone: {WORK / 'demo.wav'} (random weights: it sounds like noise, by design), parity report {WORK / 'parity_e2e.png'}")
     return 0
 
 
