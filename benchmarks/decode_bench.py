@@ -65,7 +65,6 @@ def bench_codes(frames: int) -> np.ndarray:
 
 def worker_full(args) -> dict:
     import torch
-
     from codecstream.decoder import decode_utterance, load_decoder
 
     model = load_decoder(args.checkpoint)
@@ -151,7 +150,7 @@ def worker_stream(args) -> dict:
             "ms_per_chunk_p90": round(float(np.percentile(times, 90)) * 1000, 2),
             "rtf": round(median / (chunk * FRAME_SECONDS), 4),
             "first_chunk_ms": round(first * 1000, 1),
-            **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 : (context + frames) * 1920], streamed).items()},
+            **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 :][: frames * 1920], streamed).items()},
         }
         log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
     out = {"chunks": results, "peak_rss_mb": round(peak_rss_mb(), 1)}
@@ -311,7 +310,7 @@ def drive(args) -> None:
             if timed:
                 results["modes"][mode] = measured
             parity_block[mode] = {
-                c: {k.removeprefix("vs_full_"): v for k, v in m.items() if k.startswith("vs_full_")} | {"frames": m["frames"]}
+                c: {"frames": m["frames"], **{k.removeprefix("vs_full_"): v for k, v in m.items() if "vs_full_" in k}}
                 for c, m in measured["chunks"].items()
             }
         parity_block["stateful_ramp"] = run_worker("ramp", base)
@@ -335,7 +334,7 @@ def main() -> None:
     parser.add_argument("--plain-frames", type=int, default=0)
     parser.add_argument("--min-calls", type=int, default=24, help="at least this many chunks per measurement")
     parser.add_argument("--plain-calls", type=int, default=12)
-    parser.add_argument("--quick", action="store_true", help="short run to check the script (numbers not for the record)")
+    parser.add_argument("--quick", action="store_true", help="a short run to check the script")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decode_bench.json"))
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)

@@ -7,10 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from codecstream.decoder import Qwen3TTSDecoder, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
-
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +47,7 @@ def decode_in_chunks(decoder, codes: np.ndarray, sizes) -> np.ndarray:
 def tiny_checkpoints(tmp_path_factory) -> dict[str, Path]:
     """speech_tokenizer/ directories of the tiny preset, seed 0, for the "mild" and "stressed" inits."""
     root = tmp_path_factory.mktemp("speech_tokenizers")
-    return {init: write_speech_tokenizer(root / init, preset="tiny", seed=0, init=init) for init in ("mild", "stressed")}
+    return {init: write_speech_tokenizer(root / init, "tiny", seed=0, init=init) for init in ("mild", "stressed")}
 
 
 @pytest.fixture(scope="session")

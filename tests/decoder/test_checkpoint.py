@@ -10,11 +10,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from codecstream.decoder import CheckpointError, Qwen3TTSDecoder, decode_utterance, load_decoder
 from codecstream.decoder.random_checkpoint import PRESETS, random_decoder, write_speech_tokenizer
 from codecstream.protocol.digest import decoder_digest
+from safetensors.torch import load_file, save_file
 
 from .conftest import random_codes
 
@@ -115,7 +114,8 @@ def test_another_codec_is_refused_by_model_type(tmp_path, tiny_checkpoints):
     config = json.loads((directory / "config.json").read_text())
     config["model_type"] = "qwen3_tts_tokenizer_25hz"
     (directory / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="model_type is 'qwen3_tts_tokenizer_25hz', expected 'qwen3_tts_tokenizer_12hz'"):
+    expected = "model_type is 'qwen3_tts_tokenizer_25hz', expected 'qwen3_tts_tokenizer_12hz'"
+    with pytest.raises(CheckpointError, match=expected):
         load_decoder(directory)
 
 
@@ -129,7 +129,7 @@ def test_a_checkpoint_without_decoder_tensors_is_refused(tmp_path, tiny_checkpoi
 def test_missing_files_are_named(tmp_path, tiny_checkpoints):
     directory = _copy(tiny_checkpoints["mild"], tmp_path / "st")
     (directory / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="has no model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"has no model\.safetensors"):
         load_decoder(directory)
     with pytest.raises(CheckpointError, match="not a directory"):
         load_decoder(tmp_path / "nowhere")

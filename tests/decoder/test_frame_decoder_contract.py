@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from codecstream.decoder import MODES, CodesError, FullUtteranceDecoder, decode_utterance, make_frame_decoder, open_decoder
+from codecstream.decoder import (
+    MODES,
+    CodesError,
+    FullUtteranceDecoder,
+    decode_utterance,
+    make_frame_decoder,
+    open_decoder,
+)
 from codecstream.protocol.decoding import FrameDecoder
 
 from .conftest import random_codes

@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from codecstream.decoder import decode_utterance
+from safetensors.torch import load_file
 
 from .conftest import random_codes, snr_db
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from codecstream.decoder import StatefulDecoder, StatefulDecoderStep, decode_utterance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from codecstream.decoder import StatefulDecoder, StatefulDecoderStep, decode_utterance
 
 from .conftest import decode_in_chunks, random_codes, snr_db
 

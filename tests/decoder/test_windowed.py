@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from codecstream.decoder import WindowedDecoder, WindowedDecoderModule, decode_utterance
 
 from .conftest import decode_in_chunks, random_codes, snr_db

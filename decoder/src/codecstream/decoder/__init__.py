@@ -1,10 +1,10 @@
 """Pure-PyTorch Qwen3-TTS-Tokenizer-12Hz decoder: full-utterance, 72-frame windowed and stateful streaming.
 
-    from codecstream.decoder import load_decoder, StatefulDecoder
-    decoder = StatefulDecoder(load_decoder("path/to/speech_tokenizer"))
-    decoder.prime(reference_codes)      # optional voice-clone context, plays nothing
-    pcm = decoder.decode(codes_chunk)   # (k, 16) ints -> k * 1920 float32 samples at 24 kHz
-    decoder.reset()                     # next decode starts a new utterance
+from codecstream.decoder import load_decoder, StatefulDecoder
+decoder = StatefulDecoder(load_decoder("path/to/speech_tokenizer"))
+decoder.prime(reference_codes)      # optional voice-clone context, plays nothing
+pcm = decoder.decode(codes_chunk)   # (k, 16) ints -> k * 1920 float32 samples at 24 kHz
+decoder.reset()                     # next decode starts a new utterance
 """
 
 from codecstream.decoder.checkpoint import load_decoder
@@ -40,11 +40,11 @@ def make_frame_decoder(model: Qwen3TTSDecoder, mode: str = "stateful") -> TorchF
 
 
 __all__ = [
+    "MODES",
     "CheckpointError",
     "CodesError",
     "DecoderConfig",
     "FullUtteranceDecoder",
-    "MODES",
     "Qwen3TTSDecoder",
     "StatefulDecoder",
     "StatefulDecoderStep",

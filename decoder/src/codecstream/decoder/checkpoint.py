@@ -11,11 +11,10 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-
 from codecstream.decoder.config import DecoderConfig
 from codecstream.decoder.errors import CheckpointError
 from codecstream.decoder.model import Qwen3TTSDecoder
+from safetensors import safe_open
 
 PREFIX = "decoder."
 WEIGHTS_FILE = "model.safetensors"

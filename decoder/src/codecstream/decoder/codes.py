@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.errors import CodesError
 

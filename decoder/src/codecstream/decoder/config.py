@@ -72,9 +72,7 @@ class DecoderConfig:
         if self.codebook_dim % 2:
             problems.append(f"codebook_dim {self.codebook_dim} must be even")
         if self.decoder_dim % 2 ** len(self.upsample_rates):
-            problems.append(
-                f"decoder_dim {self.decoder_dim} is not divisible by 2**{len(self.upsample_rates)}"
-            )
+            problems.append(f"decoder_dim {self.decoder_dim} is not divisible by 2**{len(self.upsample_rates)}")
         if self.hidden_act != "silu":
             problems.append(f"hidden_act {self.hidden_act!r} is not supported, expected 'silu'")
         if self.sliding_window < 1:
@@ -104,7 +102,7 @@ class DecoderConfig:
         if missing:
             raise CheckpointError(f"{source}: decoder_config lacks {', '.join(missing)}")
         values: dict[str, Any] = {}
-        for name, field in fields.items():
+        for name in fields:
             if name in block:
                 value = block[name]
                 if name in ("upsample_rates", "upsampling_ratios"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from codecstream.decoder.codes import codes_to_tensor
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.torch_frame_decoder import TorchFrameDecoder

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
-
 from codecstream.decoder.config import DecoderConfig
 from codecstream.decoder.layers import (
     CausalConv1d,
@@ -29,6 +27,7 @@ from codecstream.decoder.layers import (
 )
 from codecstream.decoder.quantizer import SplitQuantizer
 from codecstream.decoder.transformer import SlidingWindowTransformer
+from torch import nn
 
 
 class Qwen3TTSDecoder(nn.Module):

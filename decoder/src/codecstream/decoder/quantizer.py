@@ -8,9 +8,8 @@ the weights change, into one stacked table so decoding is a single gather.
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from codecstream.decoder.config import DecoderConfig
+from torch import nn
 
 _USAGE_FLOOR = 1e-5
 
@@ -63,15 +62,9 @@ class SplitQuantizer(nn.Module):
         self.num_quantizers = config.num_quantizers
         self.codebook_size = config.codebook_size
         self.rvq_first = _ResidualGroup(semantic, config.codebook_size, dim, config.codebook_dim)
-        self.rvq_rest = _ResidualGroup(
-            config.num_quantizers - semantic, config.codebook_size, dim, config.codebook_dim
-        )
-        self.register_buffer(
-            "table", torch.zeros(config.num_quantizers * config.codebook_size, dim), persistent=False
-        )
-        self.register_buffer(
-            "offsets", torch.arange(config.num_quantizers) * config.codebook_size, persistent=False
-        )
+        self.rvq_rest = _ResidualGroup(config.num_quantizers - semantic, config.codebook_size, dim, config.codebook_dim)
+        self.register_buffer("table", torch.zeros(config.num_quantizers * config.codebook_size, dim), persistent=False)
+        self.register_buffer("offsets", torch.arange(config.num_quantizers) * config.codebook_size, persistent=False)
         self.refresh()
 
     @torch.no_grad()

@@ -18,13 +18,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
-
 from codecstream.decoder.checkpoint import PREFIX, WEIGHTS_FILE
 from codecstream.decoder.config import MODEL_TYPE, DecoderConfig
 from codecstream.decoder.layers import ConvNeXtBlock, SnakeBeta
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.transformer import LayerScale
+from safetensors.torch import save_file
 
 PRESETS: dict[str, DecoderConfig] = {
     "real": DecoderConfig(),

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
-
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.torch_frame_decoder import TorchFrameDecoder
+from torch import nn
 
 POSITION = "position"
 
@@ -38,18 +37,19 @@ class StatefulDecoderStep(nn.Module):
         front = model.front_state_shapes()
         conv = model.conv_state_shapes()
         self._front_count = len(front)
-        self.state_names: tuple[str, ...] = (POSITION,) + tuple(name for name, _ in front + conv)
+        self.state_names: tuple[str, ...] = (POSITION, *(name for name, _ in front + conv))
         self._shapes = [shape for _, shape in front + conv]
 
     def state_shapes(self, batch_size: int = 1) -> tuple[tuple[int, ...], ...]:
-        return ((1,),) + tuple((batch_size, *shape) for shape in self._shapes)
+        return ((1,), *((batch_size, *shape) for shape in self._shapes))
 
     def initial_state(self, batch_size: int = 1) -> tuple[torch.Tensor, ...]:
         """The state of a fresh stream: position 0, zero histories, empty (masked) caches."""
         param = next(self.model.parameters())
         position = torch.zeros(1, dtype=torch.int64, device=param.device)
-        return (position,) + tuple(
-            torch.zeros(batch_size, *shape, dtype=param.dtype, device=param.device) for shape in self._shapes
+        return (
+            position,
+            *(torch.zeros(batch_size, *shape, dtype=param.dtype, device=param.device) for shape in self._shapes),
         )
 
     def forward(self, codes: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:

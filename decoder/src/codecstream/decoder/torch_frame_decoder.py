@@ -6,7 +6,6 @@ import abc
 
 import numpy as np
 import torch
-
 from codecstream.decoder.codes import codes_to_tensor
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.protocol.decoding import FrameDecoder

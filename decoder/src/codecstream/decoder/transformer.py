@@ -9,10 +9,9 @@ builds its mask from the absolute position of the chunk, so a stream never has t
 from __future__ import annotations
 
 import torch
+from codecstream.decoder.config import DecoderConfig
 from torch import nn
 from torch.nn import functional as F
-
-from codecstream.decoder.config import DecoderConfig
 
 
 class RMSNorm(nn.Module):

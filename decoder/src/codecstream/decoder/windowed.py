@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
-
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.torch_frame_decoder import TorchFrameDecoder
+from torch import nn
 
 
 class WindowedDecoderModule(nn.Module):
