@@ -86,3 +86,22 @@ def test_cli_parity_e2e_passes_with_the_stateful_decoder(engine_server, speech_t
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "PASS" in result.stdout
+
+
+def test_client_disconnect_aborts_the_engine_request(engine_server):
+    with Client(engine_server.target) as client:
+        stream = client.stream_codes("Talk for a while.", voice="ryan", seed=6, max_frames=400, resumable=False, chunking=[1])
+        next(stream)
+        stream.abandon()
+        assert engine_server.wait_for_no_live_requests() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"voice": "nobody"}, "unknown voice 'nobody'"), ({"language": "Klingon"}, "unknown language 'Klingon'")],
+)
+def test_engine_server_refuses_unknown_voice_and_language(engine_server, options, message):
+    from codecstream.client import InvalidRequest
+
+    with Client(engine_server.target) as client, pytest.raises(InvalidRequest, match=message):
+        client.stream_codes("Hi.", **options).open()
