@@ -8,7 +8,7 @@ import wave
 import numpy as np
 import pytest
 
-from codecstream.client import Client, CodecMismatch
+from codecstream.client import Client, CodecMismatch, InvalidRequest
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
@@ -101,7 +101,5 @@ def test_client_disconnect_aborts_the_engine_request(engine_server):
     [({"voice": "nobody"}, "unknown voice 'nobody'"), ({"language": "Klingon"}, "unknown language 'Klingon'")],
 )
 def test_engine_server_refuses_unknown_voice_and_language(engine_server, options, message):
-    from codecstream.client import InvalidRequest
-
     with Client(engine_server.target) as client, pytest.raises(InvalidRequest, match=message):
         client.stream_codes("Hi.", **options).open()
