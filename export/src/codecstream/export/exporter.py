@@ -96,19 +96,20 @@ def export_decoder(request: ExportRequest, progress: Progress | None = None) -> 
     previous = _previous_manifest(out_dir)
     with progress.stage(f"reading checkpoint {request.checkpoint}"):
         model, digest = _read_checkpoint(request.checkpoint)
-        graph = build_graph(model, request.mode, request.max_chunk_frames)
+        # bf16 exports a copy: the fp32 model stays the reference of the export check.
+        export_model = copy.deepcopy(model).to(torch.bfloat16) if request.dtype == "bf16" else model
+        graph = build_graph(export_model, request.mode, request.max_chunk_frames)
+        manifest = _merged_manifest(_manifest(request, graph, digest, model), previous, request)
     with progress.stage(f"capturing the {request.mode} graph with torch.export (frames 1..{request.max_chunk_frames})"):
         if request.format == "pte" and request.dtype == "int8":
             from codecstream.export.to_pte import quantize_int8
 
             exported = quantize_int8(graph)
         else:
-            if request.dtype == "bf16":  # a copy: the fp32 model stays the reference of the check
-                graph = build_graph(copy.deepcopy(model).to(torch.bfloat16), request.mode, request.max_chunk_frames)
             exported = torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / ARTIFACT_FILES[request.format]
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")  # keeps the suffix the writers check
     with progress.stage(_CONVERSION_TITLES[request.format]):
         try:
             details = _writer(request.format)(graph, exported, partial, request.dtype)
@@ -126,7 +127,7 @@ def export_decoder(request: ExportRequest, progress: Progress | None = None) -> 
             versions=details["versions"],
             quantization=details["quantization"],
         )
-        manifest = _manifest(request, graph, digest, model, entry, previous)
+        manifest = dataclasses.replace(manifest, artifacts={**manifest.artifacts, request.format: entry})
         write_manifest(out_dir, manifest)
     with progress.stage(f"checking the artifact through the client runtime ({CHECK_FRAMES} frames)"):
         check = _export_check(request, model, out_dir)
@@ -180,8 +181,9 @@ def _previous_manifest(out_dir: pathlib.Path) -> Manifest | None:
         raise ExportError(f"{out_dir} holds an unreadable {MANIFEST_FILE} ({error}); use an empty --out directory") from None
 
 
-def _manifest(request: ExportRequest, graph, digest: str, model, entry: ArtifactFile, previous: Manifest | None) -> Manifest:
-    manifest = Manifest(
+def _manifest(request: ExportRequest, graph, digest: str, model) -> Manifest:
+    """The manifest of this graph, without artifact files yet."""
+    return Manifest(
         codec=Manifest.codec_json(qwen3_tts_12hz_spec(digest)),
         mode=request.mode,
         dtype=request.dtype,
@@ -191,7 +193,7 @@ def _manifest(request: ExportRequest, graph, digest: str, model, entry: Artifact
         outputs=graph.outputs,
         state=graph.state,
         window=graph.window,
-        artifacts={entry.format: entry},
+        artifacts={},
         source={"checkpoint": str(request.checkpoint.resolve()), "decoder_config": _config_json(model.config)},
         exporter={
             "name": "codecstream-export",
@@ -199,6 +201,10 @@ def _manifest(request: ExportRequest, graph, digest: str, model, entry: Artifact
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
     )
+
+
+def _merged_manifest(manifest: Manifest, previous: Manifest | None, request: ExportRequest) -> Manifest:
+    """Keep the other formats' files of the same graph; refuse to mix graphs in one directory."""
     if previous is None:
         return manifest
     differences = previous.same_graph(manifest)
@@ -208,7 +214,8 @@ def _manifest(request: ExportRequest, graph, digest: str, model, entry: Artifact
             f"{request.out_dir} already holds {previous.mode} {previous.dtype} artifacts ({held}) of another graph "
             f"(differs in {', '.join(differences)}); export into another --out directory"
         )
-    return dataclasses.replace(manifest, artifacts={**previous.artifacts, entry.format: entry})
+    kept = {fmt: entry for fmt, entry in previous.artifacts.items() if fmt != request.format}
+    return dataclasses.replace(manifest, artifacts=kept)
 
 
 def _config_json(config) -> dict:

@@ -34,7 +34,8 @@ class Pt2Program(Program):
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._torch.inference_mode():
-            return list(self._module(*inputs))
+            outputs = self._module(*inputs)
+        return [outputs] if isinstance(outputs, self._torch.Tensor) else list(outputs)
 
     def tensor(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))

@@ -1,7 +1,8 @@
 """Eager PyTorch from a checkpoint directory (`pip install 'codecstream-client[torch]'`).
 
-The reference implementation, stateful: no export step, no artifact, the slowest CPU option and
-the simplest on a CUDA device (Jetson, desktop GPU).
+The reference implementation, stateful: no export step, no artifact. On a machine where torch
+sees a CUDA device (a Jetson with NVIDIA's torch wheel, a desktop GPU) it decodes there; hide the
+device (`CUDA_VISIBLE_DEVICES=`) to keep it on the CPU.
 """
 
 from __future__ import annotations
@@ -46,21 +47,27 @@ class EagerTorchDecoder(LoadedDecoder):
         differences = [f"{name} {value} (expected {getattr(codec, name)})" for name, value in found.items() if value != getattr(codec, name)]
         if differences:
             raise DecoderLoadError(f"{directory}: codec mismatch: not a {codec.codec_name} {codec.codec_version} decoder: {', '.join(differences)}")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         super().__init__(
             codec=codec,
             backend="torch",
             mode="stateful",
             dtype="fp32",
             max_chunk_frames=MAX_CHUNK_FRAMES,
-            description=f"stateful fp32 eager torch {torch.__version__} decoder of {directory} ({digest[:19]}…)",
+            description=f"stateful fp32 eager torch {torch.__version__} on {device.type} from {directory} ({digest[:19]}…)",
         )
-        self._decoder = StatefulDecoder(model)
+
+        class OnDevice(StatefulDecoder):
+            def codes_tensor(self, codes):
+                return super().codes_tensor(codes).to(device)
+
+        self._decoder = OnDevice(model.to(device))
 
     def reset(self) -> None:
         self._decoder.reset()
 
     def _decode_chunk(self, codes: np.ndarray) -> np.ndarray:
-        return self._decoder.decode(codes)
+        return self._decoder.decode_tensor(codes).float().cpu().numpy()
 
     def _prime_chunk(self, codes: np.ndarray) -> None:
         # The eager decoder primes old context through the transformer only: much cheaper.

@@ -1,0 +1,78 @@
+"""Artifacts of the tiny random checkpoint, exported once per session through the real CLI.
+
+Lowering to ExecuTorch is slow Python graph work (~1.5 min of CPU per graph even for the tiny
+preset, which has the full conv stack), so the exports run as parallel subprocesses, two at a
+time: one per core on CI.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+
+#: (format, mode, dtype) of every artifact the suite exports, slowest first.
+EXPORTS = [
+    ("pte", "stateful", "fp32"),
+    ("pte", "windowed", "fp32"),
+    ("onnx", "stateful", "fp32"),
+    ("onnx", "windowed", "fp32"),
+    ("onnx", "stateful", "int8"),
+    ("pt2", "stateful", "fp32"),
+    ("pt2", "windowed", "fp32"),
+    ("pt2", "stateful", "bf16"),
+]
+MAX_CHUNK_FRAMES = 25
+PARALLEL_EXPORTS = 2
+
+
+def random_codes(frames: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+
+
+def codecstream(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the `codecstream` command line in a fresh interpreter."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "codecstream.client.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+def export_command(checkpoint: pathlib.Path, fmt: str, mode: str, dtype: str, out: pathlib.Path) -> list[str]:
+    return ["export-decoder", str(checkpoint), "--format", fmt, "--mode", mode, "--dtype", dtype,
+            "--max-chunk-frames", str(MAX_CHUNK_FRAMES), "--out", str(out)]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> pathlib.Path:
+    return write_speech_tokenizer(tmp_path_factory.mktemp("checkpoint") / "tiny", preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_checkpoint(tmp_path_factory) -> pathlib.Path:
+    """Same architecture, other weights (another decoder digest)."""
+    return write_speech_tokenizer(tmp_path_factory.mktemp("checkpoint") / "tiny-seed1", preset="tiny", seed=1)
+
+
+@pytest.fixture(scope="session")
+def artifacts(tiny_checkpoint, tmp_path_factory) -> dict[tuple[str, str, str], pathlib.Path]:
+    """(format, mode, dtype) -> artifact directory, each holding one format."""
+    root = tmp_path_factory.mktemp("artifacts")
+    targets = {key: root / "-".join(key) for key in EXPORTS}
+
+    def export(key):
+        return key, codecstream(*export_command(tiny_checkpoint, *key, targets[key]))
+
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL_EXPORTS) as pool:
+        results = dict(pool.map(export, EXPORTS))
+    failed = {key: result for key, result in results.items() if result.returncode != 0}
+    if failed:
+        report = "\n\n".join(f"{key}: exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}" for key, r in failed.items())
+        pytest.fail(f"export-decoder failed:\n{report}")
+    return targets

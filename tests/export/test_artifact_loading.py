@@ -1,0 +1,101 @@
+"""open_decoder refuses what it cannot trust or run, with a message that says why."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from codecstream.client.runtimes import DecoderLoadError, open_decoder
+from codecstream.client.runtimes.manifest import MANIFEST_FILE
+
+from .conftest import random_codes
+
+
+def copy_artifact(source: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    target = tmp_path / source.name
+    shutil.copytree(source, target)
+    return target
+
+
+def edit_manifest(directory: pathlib.Path, edit) -> None:
+    path = directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "pte", "pt2"])
+def test_an_artifact_modified_after_export_is_refused_by_its_sha256(fmt, artifacts, tmp_path):
+    directory = copy_artifact(artifacts[(fmt, "stateful", "fp32")], tmp_path)
+    file = directory / f"decoder.{fmt}"
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+    with pytest.raises(DecoderLoadError, match=r"decoder\.\w+: sha256 mismatch: manifest.json says sha256:[0-9a-f]+, the file has sha256:"):
+        open_decoder(directory, backend=fmt)
+
+
+def test_a_directory_without_manifest_is_refused(artifacts, tmp_path):
+    directory = copy_artifact(artifacts[("onnx", "stateful", "fp32")], tmp_path)
+    (directory / MANIFEST_FILE).unlink()
+    with pytest.raises(DecoderLoadError, match="has no manifest.json: not a decoder artifact directory"):
+        open_decoder(directory)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "pte", "pt2"])
+def test_a_manifest_whose_state_shapes_do_not_match_the_file_is_refused(fmt, artifacts, tmp_path):
+    directory = copy_artifact(artifacts[(fmt, "stateful", "fp32")], tmp_path)
+
+    def widen_history(data):
+        for spec in data["inputs"]:
+            if spec["name"] == "pre_conv.history":
+                spec["shape"][1] += 1
+
+    edit_manifest(directory, widen_history)
+    with pytest.raises(DecoderLoadError, match=r"does not match its manifest: input 2 \(pre_conv.history\) has shape"):
+        open_decoder(directory, backend=fmt)
+
+
+def test_a_manifest_for_another_codec_is_refused(artifacts, tmp_path):
+    directory = copy_artifact(artifacts[("onnx", "stateful", "fp32")], tmp_path)
+    edit_manifest(directory, lambda data: data["codec"].update(num_codebooks=8))
+    with pytest.raises(DecoderLoadError, match="codec mismatch: .*num_codebooks: expected 16, got 8"):
+        open_decoder(directory)
+
+
+def test_a_missing_runtime_is_named_with_the_extra_to_install(artifacts, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    with pytest.raises(DecoderLoadError, match=r"pip install 'codecstream-client\[onnx\]'"):
+        open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="onnx")
+
+
+def test_asking_for_a_format_the_directory_does_not_hold_is_refused(artifacts):
+    with pytest.raises(DecoderLoadError, match="holds no pte artifact \\(it holds: onnx\\)"):
+        open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="pte")
+
+
+def test_a_checkpoint_is_decoded_by_torch_only(tiny_checkpoint):
+    with pytest.raises(DecoderLoadError, match="only the torch backend decodes; for onnx, export it first"):
+        open_decoder(tiny_checkpoint, backend="onnx")
+
+
+def test_onnx_artifacts_decode_in_a_process_without_torch(artifacts):
+    """The laptop/Jetson client: ONNX Runtime only. torch is made unimportable in the child."""
+    directory = artifacts[("onnx", "stateful", "fp32")]
+    program = (
+        "import sys, numpy as np\n"
+        "sys.modules['torch'] = None\n"
+        "from codecstream.client.runtimes import open_decoder\n"
+        f"decoder = open_decoder({str(directory)!r})\n"
+        f"pcm = decoder.decode(np.array({random_codes(5).tolist()}))\n"
+        "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+        "print(decoder.backend, pcm.shape, pcm.dtype)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "onnx (9600,) float32"

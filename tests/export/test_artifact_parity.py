@@ -1,0 +1,124 @@
+"""Exported artifacts, run through the client's real runtimes, decode what the reference decodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codecstream.client.runtimes import open_decoder
+from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
+from codecstream.export.metrics import snr_db
+from codecstream.export.parity import stream_through
+from codecstream.protocol.chunking import ChunkSchedule
+
+from .conftest import MAX_CHUNK_FRAMES, random_codes
+
+FORMATS = ["onnx", "pte", "pt2"]
+RAMP = ChunkSchedule((2, 4, 8, 16, 25))
+# Past the 72-frame attention window and its 8-layer reach, so caches wrap many times.
+FRAMES = 240
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint):
+    return load_decoder(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def utterance(model):
+    codes = random_codes(FRAMES, seed=3)
+    return codes, decode_utterance(model, codes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_stateful_fp32_artifact_reproduces_the_full_decode_above_90_db(fmt, artifacts, utterance):
+    codes, full = utterance
+    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    streamed, _, _ = stream_through(decoder, codes, RAMP)
+    snr = snr_db(full, streamed)
+    print(f"\n[{fmt} stateful fp32] vs full decode, {FRAMES} frames in the 2-4-8-16-25 ramp: SNR {snr:.1f} dB")
+    assert streamed.dtype == np.float32 and streamed.shape == full.shape
+    assert snr > 90
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(fmt, artifacts, utterance, model):
+    codes, full = utterance
+    decoder = open_decoder(artifacts[(fmt, "windowed", "fp32")], backend=fmt)
+    streamed, _, _ = stream_through(decoder, codes, RAMP)
+    eager, _, _ = stream_through(WindowedDecoder(model), codes, RAMP)
+    print(f"\n[{fmt} windowed fp32] vs eager windowed: {snr_db(eager, streamed):.1f} dB; "
+          f"vs full decode (the window's approximation, as measured): {snr_db(full, streamed):.1f} dB")  # fmt: skip
+    assert snr_db(eager, streamed) > 90
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_chunk_size_up_to_the_maximum_gives_the_same_stream(fmt, artifacts):
+    codes = random_codes(MAX_CHUNK_FRAMES * 3, seed=4)
+    one = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    reference, _, _ = stream_through(one, codes, ChunkSchedule((MAX_CHUNK_FRAMES,)))
+    for sizes in [(1,), (3, 7, 1), (MAX_CHUNK_FRAMES - 1, 2)]:
+        chunked, _, _ = stream_through(one, codes, ChunkSchedule(sizes))
+        assert snr_db(reference, chunked) > 90, sizes
+
+
+@pytest.mark.parametrize("mode", ["stateful", "windowed"])
+def test_decode_splits_inputs_longer_than_max_chunk_frames(mode, artifacts):
+    decoder = open_decoder(artifacts[("onnx", mode, "fp32")])
+    assert decoder.max_chunk_frames == MAX_CHUNK_FRAMES
+    codes = random_codes(2 * MAX_CHUNK_FRAMES + 7, seed=5)
+    whole = decoder.decode(codes)
+    decoder.reset()
+    pieces, _, _ = stream_through(decoder, codes, ChunkSchedule((MAX_CHUNK_FRAMES,)))
+    assert whole.shape == (len(codes) * 1920,)
+    assert snr_db(pieces, whole) > 120
+
+
+@pytest.mark.parametrize("mode", ["stateful", "windowed"])
+def test_reset_starts_a_new_utterance(mode, artifacts):
+    decoder = open_decoder(artifacts[("onnx", mode, "fp32")])
+    first, second = random_codes(40, seed=6), random_codes(30, seed=7)
+    fresh = decoder.decode(second)
+    decoder.reset()
+    decoder.decode(first)
+    decoder.reset()
+    assert snr_db(fresh, decoder.decode(second)) > 120
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_primed_reference_codes_condition_the_stream_like_the_full_decode(fmt, artifacts, model):
+    reference_codes, codes = random_codes(50, seed=8), random_codes(60, seed=9)
+    full = decode_utterance(model, np.concatenate([reference_codes, codes]))[50 * 1920 :]
+    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    streamed, _, _ = stream_through(decoder, codes, RAMP, reference_codes)
+    assert snr_db(full, streamed) > 90
+
+
+def test_eager_torch_runtime_decodes_a_checkpoint_directory(tiny_checkpoint, utterance, model):
+    codes, full = utterance
+    decoder = open_decoder(tiny_checkpoint)
+    assert (decoder.backend, decoder.mode, decoder.dtype) == ("torch", "stateful", "fp32")
+    streamed, _, _ = stream_through(decoder, codes, RAMP)
+    assert snr_db(full, streamed) > 100
+    assert decoder.codec.decoder_digest == open_decoder(tiny_checkpoint, backend="torch").codec.decoder_digest
+
+
+@pytest.mark.parametrize("key", [("onnx", "stateful", "int8"), ("pt2", "stateful", "bf16")])
+def test_quantized_artifacts_decode_with_their_parity_reported(key, artifacts, utterance):
+    """Quantized parity is measured and printed, not promised: the 10 dB floor only catches a broken
+    graph. On the tiny preset int8 (ONNX Runtime) gave ~29 dB and bf16 ~19 dB (eager bf16 gives the
+    same); at real size they are ~?? dB and ~39 dB (docs/export.md)."""
+    codes, full = utterance
+    decoder = open_decoder(artifacts[key], backend=key[0])
+    assert decoder.dtype == key[2]
+    streamed, _, _ = stream_through(decoder, codes, RAMP)
+    snr = snr_db(full, streamed)
+    print(f"\n[{' '.join(key)}] vs fp32 full decode: SNR {snr:.1f} dB (reported, not promised)")
+    assert np.all(np.isfinite(streamed))
+    assert snr > 10
+
+
+def test_every_artifact_and_its_checkpoint_carry_the_same_codec_spec_and_digest(artifacts, tiny_checkpoint):
+    specs = {open_decoder(path, backend=key[0]).codec.SerializeToString() for key, path in artifacts.items()}
+    specs.add(open_decoder(tiny_checkpoint).codec.SerializeToString())
+    assert len(specs) == 1

@@ -1,0 +1,177 @@
+"""`codecstream export-decoder` and `codecstream parity decoder`: exit codes, one-line errors, outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from codecstream.client import cli
+from codecstream.client.runtimes import open_decoder, read_manifest
+from codecstream.export.cli import register_parity
+from codecstream.protocol.codes_file import save_codes_file
+
+from .conftest import codecstream, export_command, random_codes
+
+
+def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_export_decoder_refuses_an_unsupported_combination_in_one_line(tiny_checkpoint, tmp_path, capsys):
+    code, _, err = run_in_process(capsys, "export-decoder", str(tiny_checkpoint), "--format", "onnx", "--dtype", "bf16",
+                                  "--out", str(tmp_path / "out"))  # fmt: skip
+    assert code == 2
+    assert one_line(err) == ("codecstream export-decoder: error: --dtype bf16 is not supported for onnx artifacts "
+                             "(supported: fp32, int8); bf16 is available for pt2")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_decoder_reports_a_bad_checkpoint_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_in_process(capsys, "export-decoder", str(tmp_path / "empty"), "--format", "pt2", "--quiet",
+                                  "--out", str(tmp_path / "out"))  # fmt: skip
+    assert code == 2
+    assert one_line(err).startswith("codecstream export-decoder: error: cannot read checkpoint: ")
+
+
+def test_export_decoder_names_the_extra_when_an_exporter_dependency_is_missing(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real_find_spec(name, *a))
+    code, _, err = run_in_process(capsys, "export-decoder", str(tiny_checkpoint), "--format", "onnx", "--out", str(tmp_path))
+    assert code == 2
+    assert one_line(err) == ("codecstream export-decoder: error: onnx export needs onnxscript, which is not installed: "
+                             "pip install 'codecstream-export[onnx]'")  # fmt: skip
+
+
+def test_exporting_another_graph_into_an_artifact_directory_is_refused_before_converting(artifacts, tiny_checkpoint, tmp_path, capsys):
+    directory = tmp_path / "stateful"
+    shutil.copytree(artifacts[("onnx", "stateful", "fp32")], directory)
+    code, _, err = run_in_process(capsys, *export_command(tiny_checkpoint, "pt2", "windowed", "fp32", directory), "--quiet")
+    assert code == 2
+    assert "already holds stateful fp32 artifacts (onnx) of another graph (differs in mode, inputs, outputs, window)" in one_line(err)
+    assert sorted(read_manifest(directory).artifacts) == ["onnx"]
+
+
+def test_formats_of_one_graph_share_a_directory_and_auto_prefers_onnx(artifacts, tiny_checkpoint, tmp_path):
+    directory = tmp_path / "stateful"
+    shutil.copytree(artifacts[("onnx", "stateful", "fp32")], directory)
+    result = codecstream(*export_command(tiny_checkpoint, "pt2", "stateful", "fp32", directory))
+    assert result.returncode == 0, result.stderr
+    assert "[5/5] checking the artifact through the client runtime" in result.stderr
+    manifest = read_manifest(directory)
+    assert sorted(manifest.artifacts) == ["onnx", "pt2"]
+    assert manifest.artifacts["pt2"].export_check["snr_db"] > 90
+    assert open_decoder(directory).backend == "onnx"
+    codes = random_codes(30)
+    from codecstream.export.metrics import snr_db
+
+    assert snr_db(open_decoder(directory).decode(codes), open_decoder(directory, backend="pt2").decode(codes)) > 90
+
+
+def test_every_exported_manifest_records_what_the_client_needs(artifacts, tiny_checkpoint):
+    from codecstream.protocol.digest import decoder_digest
+
+    for (fmt, mode, dtype), directory in artifacts.items():
+        manifest = read_manifest(directory)
+        entry = manifest.artifacts[fmt]
+        assert (manifest.mode, manifest.dtype) == (mode, dtype)
+        assert manifest.codec["decoder_digest"] == decoder_digest(tiny_checkpoint)
+        assert (manifest.min_chunk_frames, manifest.max_chunk_frames) == (1, 25)
+        assert entry.sha256.startswith("sha256:") and entry.size_bytes == (directory / entry.file).stat().st_size
+        assert "torch" in entry.versions
+        assert (entry.quantization is not None) == (dtype == "int8")
+        if mode == "stateful":
+            assert [spec.name for spec in manifest.state][:2] == ["position", "pre_conv.history"]
+            assert manifest.inputs[1:] == manifest.state
+        else:
+            assert (manifest.window.context_frames, manifest.window.min_context_frames) == (72, 10)
+
+
+def test_parity_decoder_passes_and_writes_json_and_png(artifacts, tiny_checkpoint, tmp_path, capsys):
+    out_json, out_png = tmp_path / "parity.json", tmp_path / "parity.png"
+    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
+                                  "--checkpoint", str(tiny_checkpoint), "--frames", "120", "--seed", "1",
+                                  "--json", str(out_json), "--plot", str(out_png))  # fmt: skip
+    assert code == 0, out
+    assert "result     PASS: SNR" in out
+    report = json.loads(out_json.read_text())
+    assert report["passed"] is True and report["snr_db"] > 90
+    assert report["max_lsb_error"] <= 1 and report["max_abs_error"] < 1e-4
+    assert [chunk["frames"] for chunk in report["chunks"]] == [2, 4, 8, 16, 25, 25, 25, 15]
+    assert all(chunk["snr_db"] == "inf" or chunk["snr_db"] > 90 for chunk in report["chunks"])
+    assert report["codes"] == {"source": "random", "seed": 1, "frames": 120, "reference_frames": 0}
+    assert report["decoder"]["backend"] == "onnx" and report["command"].startswith("codecstream parity decoder --artifact")
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parity_decoder_primes_the_reference_codes_of_a_codes_file(artifacts, tiny_checkpoint, tmp_path, capsys):
+    codes_file = tmp_path / "clone.npz"
+    save_codes_file(codes_file, random_codes(40, seed=2), reference_codes=random_codes(30, seed=3))
+    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("pte", "stateful", "fp32")]),
+                                  "--checkpoint", str(tiny_checkpoint), "--codes", str(codes_file), "--chunking", "4")  # fmt: skip
+    assert code == 0, out
+    assert "40 frames (" in out and "PASS" in out
+
+
+def test_parity_decoder_exits_1_below_the_threshold(artifacts, tiny_checkpoint, capsys):
+    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
+                                  "--checkpoint", str(tiny_checkpoint), "--frames", "30", "--threshold-db", "400")  # fmt: skip
+    assert code == 1
+    assert "result     FAIL: SNR" in out
+
+
+def test_parity_decoder_refuses_a_checkpoint_with_other_weights(artifacts, other_checkpoint, capsys):
+    code, _, err = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
+                                  "--checkpoint", str(other_checkpoint), "--frames", "10")  # fmt: skip
+    assert code == 2
+    assert "was exported from other decoder weights" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--chunking", "2,0"], "chunk size 1 is 0 frames, expected 1..250"),
+        (["--codes", "/nonexistent/codes.npy"], "no such codes file"),
+    ],
+)
+def test_parity_decoder_reports_bad_input_in_one_line(args, message, artifacts, tiny_checkpoint, capsys):
+    code, _, err = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
+                                  "--checkpoint", str(tiny_checkpoint), *args)  # fmt: skip
+    assert code == 2
+    assert message in one_line(err)
+
+
+def test_parity_is_a_group_other_distributions_extend(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="codecstream")
+    checks = register_parity(parser.add_subparsers(dest="command"))
+    e2e = checks.add_parser("e2e", help="end to end")
+    e2e.set_defaults(handler=lambda args: 0)
+    args = parser.parse_args(["parity", "e2e"])
+    assert args.handler(args) == 0
+    assert "decoder" in checks.choices
+
+
+def test_quantized_parity_is_reported_next_to_fp32(artifacts, tiny_checkpoint, tmp_path, capsys):
+    reports = {}
+    for key in [("onnx", "stateful", "fp32"), ("onnx", "stateful", "int8"), ("pt2", "stateful", "bf16")]:
+        out_json = tmp_path / f"{'-'.join(key)}.json"
+        run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[key]), "--checkpoint", str(tiny_checkpoint),
+                       "--frames", "100", "--threshold-db", "0", "--json", str(out_json))  # fmt: skip
+        reports[key] = json.loads(out_json.read_text())
+    print("\n" + "\n".join(f"{' '.join(key)}: SNR {r['snr_db']} dB, max {r['max_lsb_error']} LSB" for key, r in reports.items()))
+    assert reports[("onnx", "stateful", "fp32")]["snr_db"] > reports[("pt2", "stateful", "bf16")]["snr_db"]
+    assert all(np.isfinite(r["max_abs_error"]) for r in reports.values())
