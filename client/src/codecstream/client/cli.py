@@ -26,16 +26,22 @@ class CommandError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="codecstream", description="codecstream client tools")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for entry_point in sorted(entry_points(group="codecstream.commands"), key=lambda e: e.name):
+    add_entry_point_commands(subparsers, "codecstream.commands")
+    return parser
+
+
+def add_entry_point_commands(subparsers, group: str, prefix: str = "") -> None:
+    """Let every entry point of `group` register its sub-command; one that fails to import becomes
+    a sub-command that says why (a half-installed distribution must not break the others)."""
+    for entry_point in sorted(entry_points(group=group), key=lambda e: e.name):
         try:
             register = entry_point.load()
         except ImportError as error:
-            # A command whose distribution is half-installed must not break the others.
             broken = subparsers.add_parser(entry_point.name, help=f"(unavailable: {error})")
-            broken.set_defaults(handler=lambda args, e=error, n=entry_point.name: _unavailable(n, e))
+            name = f"{prefix}{entry_point.name}"
+            broken.set_defaults(handler=lambda args, e=error, n=name: _unavailable(n, e))
             continue
         register(subparsers)
-    return parser
 
 
 def _unavailable(name: str, error: ImportError) -> int:

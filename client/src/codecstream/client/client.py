@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import pathlib
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -124,33 +124,44 @@ class _LoopThread:
         self._thread.join(timeout=5)
 
 
-class CodeStream:
-    """Blocking twin of AsyncCodeStream: iterate for chunks; `cancel()`, `ack()`, `header`, `end`."""
+class _BlockingStream:
+    """Blocking view of an async stream driven on the client's loop thread."""
 
-    def __init__(self, stream: AsyncCodeStream, loop: _LoopThread) -> None:
+    def __init__(self, stream, loop: _LoopThread) -> None:
         self._stream = stream
         self._loop = loop
 
     def open(self) -> pb.Header:
         return self._loop.run(self._stream.open())
 
-    def __iter__(self) -> Iterator[ReceivedChunk]:
+    def __iter__(self):
         return self
 
-    def __next__(self) -> ReceivedChunk:
-        async def next_chunk():
+    def __next__(self):
+        async def next_item():
             try:
                 return await self._stream.__anext__()
             except StopAsyncIteration:
                 return None
 
-        chunk = self._loop.run(next_chunk())
-        if chunk is None:
+        item = self._loop.run(next_item())
+        if item is None:
             raise StopIteration
-        return chunk
+        return item
 
     def cancel(self, played_frames: int = 0) -> pb.End | None:
         return self._loop.run(self._stream.cancel(played_frames))
+
+    def __getattr__(self, name: str):
+        # header, end, stats, ...: read-only state of the async stream.
+        return getattr(self._stream, name)
+
+
+class CodeStream(_BlockingStream):
+    """Blocking twin of AsyncCodeStream: iterate for ReceivedChunks; `cancel()`, `ack()`, `header`, `end`."""
+
+    def __next__(self) -> ReceivedChunk:
+        return super().__next__()
 
     def ack(self, seq: int) -> None:
         self._loop.loop.call_soon_threadsafe(self._stream.ack, seq)
@@ -158,42 +169,12 @@ class CodeStream:
     def abandon(self) -> None:
         self._loop.loop.call_soon_threadsafe(self._stream.abandon)
 
-    def __getattr__(self, name: str):
-        # header, end, stream_id, reference_codes, frames_received, resumes: read-only state.
-        return getattr(self._stream, name)
 
-
-class AudioStream:
+class AudioStream(_BlockingStream):
     """Blocking twin of AsyncAudioStream: iterate for PcmChunks; `cancel()`, `header`, `end`, `stats`."""
 
-    def __init__(self, stream: AsyncAudioStream, loop: _LoopThread) -> None:
-        self._stream = stream
-        self._loop = loop
-
-    def open(self) -> pb.Header:
-        return self._loop.run(self._stream.open())
-
-    def __iter__(self) -> Iterator[PcmChunk]:
-        return self
-
     def __next__(self) -> PcmChunk:
-        async def next_chunk():
-            try:
-                return await self._stream.__anext__()
-            except StopAsyncIteration:
-                return None
-
-        chunk = self._loop.run(next_chunk())
-        if chunk is None:
-            raise StopIteration
-        return chunk
-
-    def cancel(self, played_frames: int = 0) -> pb.End | None:
-        return self._loop.run(self._stream.cancel(played_frames))
-
-    def __getattr__(self, name: str):
-        # header, end, stats, codes, decoder: read-only state.
-        return getattr(self._stream, name)
+        return super().__next__()
 
 
 class Client:

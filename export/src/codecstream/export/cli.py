@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-from importlib.metadata import entry_points
 
-from codecstream.client.cli import CommandError
+from codecstream.client.cli import CommandError, add_entry_point_commands
 from codecstream.export.errors import ExportError
 from codecstream.export.exporter import (
     DEFAULT_MAX_CHUNK_FRAMES,
@@ -72,16 +71,6 @@ def register_parity(subparsers) -> argparse._SubParsersAction:
     group's sub-parsers so a caller can add checks directly too."""
     parser = subparsers.add_parser("parity", help="show with numbers that a decoder reproduces the reference audio")
     checks = parser.add_subparsers(dest="check", required=True, metavar="CHECK")
-    for entry_point in sorted(entry_points(group=PARITY_GROUP), key=lambda e: e.name):
-        try:
-            register = entry_point.load()
-        except ImportError as error:
-            broken = checks.add_parser(entry_point.name, help=f"(unavailable: {error})")
-            broken.set_defaults(handler=lambda args, e=error, n=entry_point.name: _unavailable(n, e))
-            continue
-        register(checks)
+    add_entry_point_commands(checks, PARITY_GROUP, prefix="parity ")
     return checks
 
-
-def _unavailable(name: str, error: ImportError) -> int:
-    raise CommandError(f"parity {name} is unavailable: {error}", EXIT_ERROR)
