@@ -18,7 +18,7 @@ import numpy as np
 from codecstream.client.cli import CommandError
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
-from codecstream.export.parity import decoder_parity
+from codecstream.export.parity import ParityReport, decoder_parity
 from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
 from codecstream.protocol.codes_file import load_codes_file
 from codecstream.protocol.digest import DigestError, decoder_digest
@@ -85,15 +85,20 @@ def run_decoder_parity(args: argparse.Namespace) -> int:
     }
     print(f"decoder    {decoder.description}")
     print(f"codes      {codes_source['frames']} frames ({codes_source['source']}), chunks {args.chunking}")
+    return publish(report, args.json, args.plot, f"parity decoder: {decoder.description}")
+
+
+def publish(report: ParityReport, json_path: pathlib.Path | None, plot_path: pathlib.Path | None, title: str) -> int:
+    """Print the verdict, write the JSON and PNG asked for; the exit code says pass or fail."""
     print(f"result     {report.summary()}")
-    if args.json:
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        print(f"json       {args.json}")
-    if args.plot:
+    if json_path:
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        print(f"json       {json_path}")
+    if plot_path:
         from codecstream.export.parity_plot import plot_parity
 
-        plot_parity(report, args.plot, f"parity decoder: {decoder.description}")
-        print(f"plot       {args.plot}")
+        plot_parity(report, plot_path, title)
+        print(f"plot       {plot_path}")
     return 0 if report.passed else EXIT_BELOW_THRESHOLD
 
 

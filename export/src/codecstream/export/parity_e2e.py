@@ -13,7 +13,6 @@ carries codes only, so there is no server-decoded PCM to add to the comparison.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import platform
 import shlex
@@ -26,7 +25,7 @@ from codecstream.client.commands import add_connection_arguments, request_option
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, reference_decode
-from codecstream.export.parity_cli import EXIT_BELOW_THRESHOLD, _reference_model, _versions
+from codecstream.export.parity_cli import _reference_model, _versions, publish
 from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.protocol.digest import DigestError, decoder_digest
@@ -115,13 +114,4 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
     print(f"stream     {stream.header.stream_id}: {len(codes)} frames in {len(chunks)} chunks, "
           f"first audio after {stats.time_to_first_audio_s * 1000:.0f} ms")  # fmt: skip
     print(f"decoder    {decoder.description}")
-    print(f"result     {report.summary()}")
-    if args.json:
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        print(f"json       {args.json}")
-    if args.plot:
-        from codecstream.export.parity_plot import plot_parity
-
-        plot_parity(report, args.plot, f"parity e2e: {decoder.description}")
-        print(f"plot       {args.plot}")
-    return 0 if report.passed else EXIT_BELOW_THRESHOLD
+    return publish(report, args.json, args.plot, f"parity e2e: {decoder.description}")
