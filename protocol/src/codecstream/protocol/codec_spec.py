@@ -10,16 +10,8 @@ QWEN3_TTS_12HZ_NAME = "qwen3-tts-tokenizer-12hz"
 QWEN3_TTS_12HZ_VERSION = "v2"
 QWEN3_TTS_12HZ_LEFT_CONTEXT = 72
 
-_COMPARED_FIELDS = (
-    "codec_name",
-    "codec_version",
-    "num_codebooks",
-    "codebook_size",
-    "sample_rate_hz",
-    "samples_per_frame",
-    "decoder_left_context_frames",
-    "decoder_digest",
-)
+#: Every field of CodecSpec, in contract order: what must match between a decoder and a stream.
+CODEC_SPEC_FIELDS = tuple(field.name for field in codec_pb2.CodecSpec.DESCRIPTOR.fields)
 
 
 def qwen3_tts_12hz_spec(decoder_digest: str) -> codec_pb2.CodecSpec:
@@ -40,7 +32,7 @@ def spec_differences(expected: codec_pb2.CodecSpec, actual: codec_pb2.CodecSpec)
     """Human-readable differences, e.g. ["decoder_digest: expected sha256:ab.., got sha256:cd.."]."""
     return [
         f"{field}: expected {getattr(expected, field)!r}, got {getattr(actual, field)!r}"
-        for field in _COMPARED_FIELDS
+        for field in CODEC_SPEC_FIELDS
         if getattr(expected, field) != getattr(actual, field)
     ]
 

@@ -28,6 +28,7 @@ import pathlib
 from typing import Any
 
 from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.protocol.codec_spec import CODEC_SPEC_FIELDS
 from codecstream.v1 import codec_pb2
 
 MANIFEST_FILE = "manifest.json"
@@ -37,16 +38,7 @@ DTYPES = ("fp32", "bf16", "int8")
 FORMATS = ("onnx", "pte", "pt2")
 #: The file each format is written to inside an artifact directory.
 ARTIFACT_FILES = {"onnx": "decoder.onnx", "pte": "decoder.pte", "pt2": "decoder.pt2"}
-CODEC_FIELDS = (
-    "codec_name",
-    "codec_version",
-    "num_codebooks",
-    "codebook_size",
-    "sample_rate_hz",
-    "samples_per_frame",
-    "decoder_left_context_frames",
-    "decoder_digest",
-)
+
 _HASH_BLOCK = 1 << 22
 
 
@@ -126,11 +118,11 @@ class Manifest:
     # -- codec -------------------------------------------------------------------------------------
 
     def codec_spec(self) -> codec_pb2.CodecSpec:
-        return codec_pb2.CodecSpec(**{field: self.codec[field] for field in CODEC_FIELDS})
+        return codec_pb2.CodecSpec(**{field: self.codec[field] for field in CODEC_SPEC_FIELDS})
 
     @staticmethod
     def codec_json(spec: codec_pb2.CodecSpec) -> dict[str, Any]:
-        return {field: getattr(spec, field) for field in CODEC_FIELDS}
+        return {field: getattr(spec, field) for field in CODEC_SPEC_FIELDS}
 
     def same_graph(self, other: Manifest) -> list[str]:
         """Why `other` describes a different graph (so its files cannot share this directory)."""
@@ -164,7 +156,7 @@ class Manifest:
         if version != MANIFEST_VERSION:
             raise DecoderLoadError(f"{where}: manifest_version is {version!r}, this client reads version {MANIFEST_VERSION}")
         try:
-            codec = {field: data["codec"][field] for field in CODEC_FIELDS}
+            codec = {field: data["codec"][field] for field in CODEC_SPEC_FIELDS}
             manifest = cls(
                 codec=codec,
                 mode=data["mode"],
