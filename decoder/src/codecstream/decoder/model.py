@@ -62,10 +62,10 @@ class Qwen3TTSDecoder(nn.Module):
 
     @torch.no_grad()
     def refresh_derived(self) -> None:
-        """Recompute the tables derived from parameters (codebooks, SnakeBeta exponentials, conv taps)."""
+        """Recompute the tables derived from parameters (codebooks, SnakeBeta exponentials)."""
         self.quantizer.refresh()
         for module in self.modules():
-            if isinstance(module, (SnakeBeta, CausalConv1d)):
+            if isinstance(module, SnakeBeta):
                 module.refresh()
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]
