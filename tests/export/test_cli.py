@@ -72,7 +72,8 @@ def test_formats_of_one_graph_share_a_directory_and_auto_prefers_onnx(artifacts,
     assert "[5/5] checking the artifact through the client runtime" in result.stderr
     manifest = read_manifest(directory)
     assert sorted(manifest.artifacts) == ["onnx", "pt2"]
-    assert manifest.artifacts["pt2"].export_check["snr_db"] > 90
+    check = manifest.artifacts["pt2"].export_check["snr_db"]
+    assert check == "inf" or check > 90  # JSON has no infinity: identical output is written "inf"
     assert open_decoder(directory).backend == "onnx"
     codes = random_codes(30)
     from codecstream.export.metrics import snr_db
@@ -158,11 +159,11 @@ def test_parity_is_a_group_other_distributions_extend(capsys):
 
     parser = argparse.ArgumentParser(prog="codecstream")
     checks = register_parity(parser.add_subparsers(dest="command"))
-    e2e = checks.add_parser("e2e", help="end to end")
-    e2e.set_defaults(handler=lambda args: 0)
-    args = parser.parse_args(["parity", "e2e"])
+    extra = checks.add_parser("loudness", help="a check added by the caller")
+    extra.set_defaults(handler=lambda args: 0)
+    args = parser.parse_args(["parity", "loudness"])
     assert args.handler(args) == 0
-    assert "decoder" in checks.choices
+    assert {"decoder", "e2e"} <= set(checks.choices)  # e2e comes from the codecstream.parity entry points
 
 
 def test_quantized_parity_is_reported_next_to_fp32(artifacts, tiny_checkpoint, tmp_path, capsys):
