@@ -48,6 +48,8 @@ def machine() -> dict:
         "grpcio": grpc.__version__,
         "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # Other work on this 2-core machine during the run inflates tails: say how loaded it was.
+        "load_average_1m_at_start": os.getloadavg()[0],
     }
 
 

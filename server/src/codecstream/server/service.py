@@ -77,7 +77,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         reader = asyncio.create_task(self._read_control(requests, session, violation, violated))
         delivered_end = False
         try:
-            async for response in _until_set(session.follow(first_seq), violated):
+            async for response in session.follow(first_seq, violated):
                 yield response
                 delivered_end = response.HasField("end")
         finally:
@@ -167,7 +167,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                     raise ProtocolViolation(f"{kind or 'empty message'} after the first message: only cancel and ack may follow")
         except ProtocolViolation as error:
             violation.append(str(error))
-            violated.set()
+            await session.interrupt(violated)
         except (asyncio.CancelledError, grpc.RpcError):
             pass  # the call is over; the handler decides what happens to the session
 
@@ -214,20 +214,3 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         with contextlib.suppress(Exception):
             await self.source.close()
 
-
-async def _until_set(responses: AsyncIterator[pb.SynthesizeResponse], stop: asyncio.Event) -> AsyncIterator[pb.SynthesizeResponse]:
-    """The items of `responses` until `stop` is set, whichever comes first."""
-    stop_waiter = asyncio.ensure_future(stop.wait())
-    try:
-        while True:
-            following = asyncio.ensure_future(anext(responses))
-            await asyncio.wait((following, stop_waiter), return_when=asyncio.FIRST_COMPLETED)
-            if not following.done():
-                following.cancel()
-                return
-            try:
-                yield following.result()
-            except StopAsyncIteration:
-                return
-    finally:
-        stop_waiter.cancel()

@@ -209,13 +209,18 @@ class StreamSession:
             )
         return wanted
 
-    async def follow(self, first_seq: int) -> AsyncIterator[pb.SynthesizeResponse]:
-        """Header, the chunks from `first_seq` on as they come, then End."""
+    async def follow(self, first_seq: int, interrupted: asyncio.Event) -> AsyncIterator[pb.SynthesizeResponse]:
+        """Header, the chunks from `first_seq` on as they come, then End; stops early, without End,
+        once `interrupted` is set and `interrupt()` called (the connection is being torn down)."""
         yield pb.SynthesizeResponse(header=self.header)
         next_seq = first_seq
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: self._next_seq > next_seq or self.end is not None)
+                await self._changed.wait_for(
+                    lambda: self._next_seq > next_seq or self.end is not None or interrupted.is_set()
+                )
+                if interrupted.is_set():
+                    return
                 ready = [chunk for chunk in self._chunks if chunk.seq >= next_seq]
                 # End is decided only after the last chunk is appended, so this snapshot is complete.
                 end = self.end
@@ -229,6 +234,12 @@ class StreamSession:
             if end is not None:
                 yield pb.SynthesizeResponse(end=end)
                 return
+
+    async def interrupt(self, interrupted: asyncio.Event) -> None:
+        """Set `interrupted` and wake the connections following this session."""
+        async with self._changed:
+            interrupted.set()
+            self._changed.notify_all()
 
     def _on_sent(self, seq: int) -> None:
         self._last_sent_seq = max(self._last_sent_seq, seq)
