@@ -11,16 +11,10 @@ import argparse
 import sys
 from importlib.metadata import entry_points
 
-from codecstream.client.errors import CodecStreamError
+# CommandError lives in errors.py, not here: under `python -m codecstream.client.cli` this module is
+# __main__, and commands raising codecstream.client.cli.CommandError would not be caught.
+from codecstream.client.errors import CodecStreamError, CommandError
 from codecstream.protocol.errors import ProtocolError
-
-
-class CommandError(Exception):
-    """A reason a command failed, printed as one line; `exit_code` defaults to 1."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,14 @@ class CodecStreamError(Exception):
     """Base class of every error the client raises on purpose."""
 
 
+class CommandError(Exception):
+    """A reason a CLI command failed, printed as one line; `exit_code` defaults to 1."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class ServerError(CodecStreamError):
     """The server ended the call with a non-OK status."""
 
@@ -73,6 +81,7 @@ __all__ = [
     "CodecMismatch",
     "CodecMismatchError",
     "CodecStreamError",
+    "CommandError",
     "InvalidRequest",
     "ProtocolError",
     "ResourceExhausted",

@@ -8,7 +8,7 @@ import sys
 import time
 
 from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
-from codecstream.client.cli import CommandError
+from codecstream.client.errors import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.v1 import synthesis_pb2 as pb

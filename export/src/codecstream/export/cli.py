@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from codecstream.client.cli import CommandError, add_entry_point_commands
+from codecstream.client.cli import add_entry_point_commands
+from codecstream.client.errors import CommandError
 from codecstream.export.errors import ExportError
 from codecstream.export.exporter import (
     DEFAULT_MAX_CHUNK_FRAMES,

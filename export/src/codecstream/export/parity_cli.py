@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
-from codecstream.client.cli import CommandError
+from codecstream.client.errors import CommandError
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, decoder_parity

@@ -20,7 +20,7 @@ import shlex
 import numpy as np
 
 from codecstream.client import Client
-from codecstream.client.cli import CommandError
+from codecstream.client.errors import CommandError
 from codecstream.client.commands import add_connection_arguments, request_options
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
