@@ -56,6 +56,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_pressure() -> float | None:
+    """Share of the last 10 s in which runnable tasks waited for a CPU (other load on the machine)."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return float(first.split("avg10=")[1].split()[0])
+
+
 def bench_codes(frames: int) -> np.ndarray:
     return np.random.default_rng(1234).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
@@ -150,6 +159,7 @@ def worker_stream(args) -> dict:
             "ms_per_chunk_p90": round(float(np.percentile(times, 90)) * 1000, 2),
             "rtf": round(median / (chunk * FRAME_SECONDS), 4),
             "first_chunk_ms": round(first * 1000, 1),
+            "cpu_pressure_avg10_after": cpu_pressure(),
             **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 :][: frames * 1920], streamed).items()},
         }
         log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
@@ -280,6 +290,8 @@ def drive(args) -> None:
             "streams from frame 0 (its cost does not depend on the position).",
             "Each mode runs in its own process; peak_rss_mb is that process's peak (model + derived tables + "
             "activations).",
+            "cpu_pressure_avg10_after is /proc/pressure/cpu 'some avg10' (percent of time tasks waited for a CPU) "
+            "right after a timing: other processes on this shared 2-core machine; high values mean inflated times.",
             "vs_full_* compares the streamed audio with one full-utterance forward over the same frames; "
             "stateful_over_utterance decodes the whole utterance with the given chunking (last size repeats).",
         ],
