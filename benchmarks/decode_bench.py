@@ -297,47 +297,74 @@ def drive(args) -> None:
         ],
         "modes": {},
         "parity": {},
+        "complete": False,
     }
-    chunks = list(args.chunks)
-    for init in args.inits:
-        checkpoint = ensure_checkpoint(cache, init)
-        base = ["--checkpoint", str(checkpoint), "--scratch", str(scratch), "--init", init,
-                "--threads", str(args.threads), "--frames", str(args.frames)]  # fmt: skip
-        log(f"{init}: full-utterance decode of {args.frames} frames (+ the vLLM-Omni reference if importable)")
-        full = run_worker("full", base)
-        log(f"{init}: full {full}")
-        parity_block = {"full_vs_reference": full.get("reference")}
-        timed = init == args.inits[0]
-        if timed:
-            results["modes"]["full"] = {key: full[key] for key in ("frames", "seconds", "rtf", "peak_rss_mb")}
-        for mode in STREAM_MODES:
-            if not timed and mode != "windowed":  # the stressed init is for parity: the window's error
-                continue
-            mode_chunks = chunks if timed else [max(chunks)]
-            frames_for_mode = {"stateful": args.stateful_frames, "windowed": args.windowed_frames,
-                               "windowed-plain": 0}[mode]  # fmt: skip
-            min_calls = args.plain_calls if mode == "windowed-plain" else args.min_calls
-            log(f"{init}: {mode} at C={mode_chunks}")
-            measured = run_worker("stream", base, mode=mode, chunks=mode_chunks, mode_frames=frames_for_mode,
-                                  min_calls=min_calls)  # fmt: skip
-            if timed:
-                results["modes"][mode] = measured
-            parity_block[mode] = {
-                c: {"frames": m["frames"], **{k.removeprefix("vs_full_"): v for k, v in m.items() if "vs_full_" in k}}
-                for c, m in measured["chunks"].items()
-            }
-        chunkings = [[1, 2, 4, 8, 16, 25], [2, 4, 8, 16, 25]] if timed else [[2, 4, 8, 16, 25]]
-        parity_block["stateful_over_utterance"] = []
-        for sizes in chunkings:
-            measured = run_worker("parity", base, chunks=sizes)
-            parity_block["stateful_over_utterance"].append(measured)
-            log(f"{init}: stateful over the utterance {measured}")
-        results["parity"][init] = parity_block
-    results["wall_seconds"] = round(time.time() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out.with_suffix(".png"))
+
+    def save() -> None:
+        # After every step, so that a run cut short still leaves what it measured.
+        results["wall_seconds"] = round(time.time() - started, 1)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        if "full" in results["modes"]:
+            plot(results, out.with_suffix(".png"))
+
+    def bases(init: str) -> list[str]:
+        checkpoint = ensure_checkpoint(cache, init)
+        return ["--checkpoint", str(checkpoint), "--scratch", str(scratch), "--init", init,
+                "--threads", str(args.threads), "--frames", str(args.frames)]  # fmt: skip
+
+    def parity_of(measured: dict) -> dict:
+        return {
+            c: {"frames": m["frames"], **{k.removeprefix("vs_full_"): v for k, v in m.items() if "vs_full_" in k}}
+            for c, m in measured["chunks"].items()
+        }
+
+    def full_step(init: str) -> None:
+        log(f"{init}: full-utterance decode of {args.frames} frames (+ the vLLM-Omni reference if importable)")
+        full = run_worker("full", bases(init))
+        log(f"{init}: full {full}")
+        results["parity"].setdefault(init, {})["full_vs_reference"] = full.get("reference")
+        if init == "mild":
+            results["modes"]["full"] = {key: full[key] for key in ("frames", "seconds", "rtf", "peak_rss_mb")}
+
+    def stream_step(init: str, mode: str, chunks: list[int]) -> None:
+        frames = {"stateful": args.stateful_frames, "windowed": args.windowed_frames, "windowed-plain": 0}[mode]
+        min_calls = args.plain_calls if mode == "windowed-plain" else args.min_calls
+        log(f"{init}: {mode} at C={chunks}")
+        measured = run_worker("stream", bases(init), mode=mode, chunks=chunks, mode_frames=frames,
+                              min_calls=min_calls)  # fmt: skip
+        if init == "mild":
+            results["modes"][mode] = measured
+        results["parity"][init][mode] = parity_of(measured)
+
+    def utterance_step(init: str, chunkings: list[list[int]]) -> None:
+        block = results["parity"][init].setdefault("stateful_over_utterance", [])
+        for sizes in chunkings:
+            measured = run_worker("parity", bases(init), chunks=sizes)
+            block.append(measured)
+            log(f"{init}: stateful over the utterance {measured}")
+
+    # In order of importance, so that a run on a busy machine records the essentials first; the
+    # stressed init is there for parity (the window's error), the mild one for timings too.
+    ramps = [[1, 2, 4, 8, 16, 25], [2, 4, 8, 16, 25]]
+    steps = [
+        lambda: full_step("mild"),
+        lambda: stream_step("mild", "stateful", list(args.chunks)),
+        lambda: utterance_step("mild", ramps),
+        lambda: full_step("stressed"),
+        lambda: utterance_step("stressed", ramps[1:]),
+        lambda: stream_step("stressed", "windowed", [max(args.chunks)]),
+        lambda: stream_step("mild", "windowed", list(args.chunks)),
+        lambda: stream_step("mild", "windowed-plain", list(args.chunks)),
+    ]
+    if "stressed" not in args.inits:
+        steps = [steps[0], steps[1], steps[2], steps[6], steps[7]]
+    for step in steps:
+        step()
+        save()
+    results["complete"] = True
+    save()
     log(f"wrote {out} and {out.with_suffix('.png')} in {results['wall_seconds']} s")
 
 
