@@ -16,7 +16,13 @@ import sys
 import numpy as np
 import pytest
 
+import torch
+
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+
+# These tests check numbers, not speed: one thread avoids oversubscribing CI's two cores (a torch
+# op split over two threads waits for the busier core on every call).
+torch.set_num_threads(1)
 
 #: (format, mode, dtype) of every artifact the suite exports, slowest first.
 EXPORTS = [
@@ -39,7 +45,8 @@ def random_codes(frames: int, seed: int = 0) -> np.ndarray:
 
 def codecstream(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run the `codecstream` command line in a fresh interpreter."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    # Two exports run at once on two cores: more threads per process would only oversubscribe them.
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "codecstream.client.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)  # fmt: skip
 

@@ -29,7 +29,9 @@ def quantize_int8(graph: Graph) -> torch.export.ExportedProgram:
     prepared = prepare_pt2e(captured, quantizer)
     prepared(*graph.example_inputs)  # dynamic activations: this only runs the weight observers
     converted = convert_pt2e(prepared)
-    return torch.export.export(converted, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
+    # The converted module takes its inputs flat (no *state), so its dynamic shapes are flat too.
+    flat = tuple(spec for group in graph.dynamic_shapes for spec in (group if isinstance(group, tuple) else (group,)))
+    return torch.export.export(converted, graph.example_inputs, dynamic_shapes=flat)
 
 
 def write_pte(graph: Graph, exported: torch.export.ExportedProgram, path: pathlib.Path, dtype: str) -> dict:

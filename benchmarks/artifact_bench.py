@@ -1,0 +1,276 @@
+"""Client decode speed per backend: eager torch, .pt2, .pte, .onnx and the quantized artifacts.
+
+Real-size random weights (preset "real": it costs what the released decoder costs), stateful mode,
+a fixed number of CPU threads, chunk sizes C in {1, 2, 4, 8, 16, 25}. Per backend, in a fresh
+process each (so peak RSS is that backend's): load time, the first 2-frame chunk after loading
+and after a reset, per-call latency for each C (median, p90 over a stream of calls that carries
+the state, as a client would), RTF = median call time / audio time of the chunk, artifact size,
+peak RSS, and parity (SNR against the fp32 full-utterance decode over 100 frames).
+
+    .venv/bin/python benchmarks/artifact_bench.py                      # everything, ~15-25 min
+    .venv/bin/python benchmarks/artifact_bench.py --backends onnx,pte  # a subset
+
+Artifacts and the checkpoint are built under .cache/bench/ (git-ignored) when missing. Results go
+to benchmarks/results/artifact_bench.json and .png with the machine, versions, load average and
+command line. The machine is shared: check `uptime` first and read the recorded load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "artifact_bench"
+RESULTS = ROOT / "benchmarks" / "results"
+FRAME_SECONDS = 0.08
+#: backend name -> (artifact format or "torch", dtype)
+BACKENDS = {
+    "eager": ("torch", "fp32"),
+    "pt2": ("pt2", "fp32"),
+    "pte": ("pte", "fp32"),
+    "onnx": ("onnx", "fp32"),
+    "onnx-int8": ("onnx", "int8"),
+    "pte-int8": ("pte", "int8"),
+    "pt2-bf16": ("pt2", "bf16"),
+}
+CHUNKS = (1, 2, 4, 8, 16, 25)
+PARITY_FRAMES = 100
+
+
+def audio_seconds_per_call_budget(chunk: int) -> int:
+    """Calls timed per chunk size: more for small chunks, enough for a median and a p90."""
+    return max(6, min(30, 120 // chunk))
+
+
+def codes(frames: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+
+
+# -- worker: one backend in its own process ----------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    from codecstream.client.runtimes import open_decoder
+
+    fmt, _ = BACKENDS[args.worker]
+    decoder = open_decoder(args.source, backend=fmt, threads=args.threads)
+    load_s = time.perf_counter() - started
+    result: dict = {"backend": args.worker, "description": decoder.description, "load_s": round(load_s, 3)}
+
+    began = time.perf_counter()
+    decoder.decode(codes(2, 1))
+    result["first_chunk_2_frames_cold_ms"] = round((time.perf_counter() - began) * 1000, 2)
+    decoder.reset()
+    began = time.perf_counter()
+    decoder.decode(codes(2, 2))
+    result["first_chunk_2_frames_ms"] = round((time.perf_counter() - began) * 1000, 2)
+
+    per_chunk = {}
+    for chunk in args.chunks:
+        calls = audio_seconds_per_call_budget(chunk)
+        stream = codes(chunk * (calls + 2), 3)
+        decoder.reset()
+        decoder.decode(stream[:chunk])  # warm-up call of this size
+        times, cpu_times = [], []
+        for index in range(1, calls + 1):
+            began, cpu_began = time.perf_counter(), time.process_time()
+            decoder.decode(stream[index * chunk : (index + 1) * chunk])
+            times.append(time.perf_counter() - began)
+            cpu_times.append(time.process_time() - cpu_began)
+        median = float(np.median(times))
+        per_chunk[str(chunk)] = {
+            "calls": calls,
+            "median_ms": round(median * 1000, 2),
+            "p90_ms": round(float(np.percentile(times, 90)) * 1000, 2),
+            "rtf": round(median / (chunk * FRAME_SECONDS), 4),
+            # CPU seconds of all the process's threads per call: unlike wall time, not inflated by
+            # other processes on the shared cores (wall ~ cpu / threads when the cores are free).
+            "median_cpu_ms": round(float(np.median(cpu_times)) * 1000, 2),
+        }
+    result["chunks"] = per_chunk
+
+    reference = np.load(args.reference)
+    decoder.reset()
+    pieces, start = [], 0
+    for size in _ramp(PARITY_FRAMES):
+        pieces.append(decoder.decode(codes(PARITY_FRAMES, 9)[start : start + size]))
+        start += size
+    result["parity_snr_db"] = round(_snr(reference, np.concatenate(pieces)), 2)
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def _ramp(frames: int) -> list[int]:
+    from codecstream.protocol.chunking import ChunkSchedule
+
+    return ChunkSchedule().split(frames)
+
+
+def _snr(reference: np.ndarray, other: np.ndarray) -> float:
+    noise = float(np.sum((reference.astype(np.float64) - other) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / noise)
+
+
+# -- driver ------------------------------------------------------------------------------------------
+
+
+def ensure_checkpoint() -> pathlib.Path:
+    path = CACHE / "real-seed0"
+    if not (path / "model.safetensors").exists():
+        from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+
+        write_speech_tokenizer(path, preset="real", seed=0)
+    return path
+
+
+def ensure_reference(checkpoint: pathlib.Path) -> pathlib.Path:
+    path = CACHE / f"reference-{PARITY_FRAMES}.npy"
+    if not path.exists():
+        from codecstream.decoder import decode_utterance, load_decoder
+
+        np.save(path, decode_utterance(load_decoder(checkpoint), codes(PARITY_FRAMES, 9)))
+    return path
+
+
+def ensure_artifact(checkpoint: pathlib.Path, backend: str, max_chunk: int) -> tuple[pathlib.Path, float | None]:
+    fmt, dtype = BACKENDS[backend]
+    if fmt == "torch":
+        return checkpoint, None
+    directory = CACHE / "artifacts" / f"stateful-{dtype}-{fmt}"
+    if (directory / "manifest.json").exists():
+        return directory, None
+    command = [sys.executable, "-m", "codecstream.client.cli", "export-decoder", str(checkpoint), "--format", fmt,
+               "--mode", "stateful", "--dtype", dtype, "--max-chunk-frames", str(max_chunk), "--out", str(directory)]  # fmt: skip
+    began = time.perf_counter()
+    subprocess.run(command, check=True)
+    return directory, round(time.perf_counter() - began, 1)
+
+
+def artifact_size_mb(directory: pathlib.Path, backend: str) -> float | None:
+    fmt, _ = BACKENDS[backend]
+    if fmt == "torch":
+        return None
+    manifest = json.loads((directory / "manifest.json").read_text())
+    return round(manifest["artifacts"][fmt]["size_bytes"] / 1e6, 1)
+
+
+def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--worker", backend, "--source", str(source), "--reference", str(reference),
+               "--threads", str(args.threads), "--chunks", ",".join(map(str, args.chunks))]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        return {"backend": backend, "error": (done.stderr or done.stdout)[-2000:]}
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    return {
+        "cpu": model,
+        "logical_cpus": os.cpu_count(),
+        "isa": [flag for flag in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if flag in flags],
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict:
+    found = {}
+    for name in ("torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime", "numpy"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def plot(results: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, (rtf_axis, first_axis) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
+    rows = [row for row in results["backends"] if "chunks" in row]
+    for row in rows:
+        sizes = sorted(int(c) for c in row["chunks"])
+        rtf_axis.plot(sizes, [row["chunks"][str(c)]["rtf"] for c in sizes], marker="o", label=row["backend"])
+    rtf_axis.axhline(0.20, color="gray", linestyle="--", linewidth=0.8, label="fp32 artifact target 0.20")
+    rtf_axis.axhline(0.10, color="gray", linestyle=":", linewidth=0.8, label="quantized target 0.10")
+    rtf_axis.set(xscale="log", yscale="log", xlabel="chunk size C (frames)", ylabel="RTF (median call / audio)",
+                 title=f"stateful decode, real-size decoder, {results['threads']} threads")  # fmt: skip
+    rtf_axis.set_xticks(list(CHUNKS), [str(c) for c in CHUNKS])
+    rtf_axis.legend(fontsize=8)
+    names = [row["backend"] for row in rows]
+    first_axis.bar(names, [row["first_chunk_2_frames_ms"] for row in rows], color="tab:blue")
+    first_axis.axhline(40, color="gray", linestyle="--", linewidth=0.8, label="target 40 ms")
+    first_axis.set(ylabel="ms", title="first 2-frame chunk (after a reset)")
+    first_axis.tick_params(axis="x", rotation=30)
+    first_axis.legend(fontsize=8)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ", ".join(BACKENDS))
+    parser.add_argument("--chunks", default=",".join(map(str, CHUNKS)), type=lambda text: [int(c) for c in text.split(",")])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "artifact_bench.json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
+    parser.add_argument("--reference", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    checkpoint = ensure_checkpoint()
+    reference = ensure_reference(checkpoint)
+    load_before = os.getloadavg()
+    rows = []
+    for backend in args.backends.split(","):
+        source, export_s = ensure_artifact(checkpoint, backend, max(args.chunks))
+        print(f"[artifact_bench] {backend}: measuring (load average {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
+        row = run_worker(backend, source, reference, args)
+        row["artifact_mb"] = artifact_size_mb(source, backend)
+        if export_s is not None:
+            row["export_s"] = export_s
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    results = {
+        "benchmark": "artifact_bench",
+        "mode": "stateful",
+        "decoder": "real-size random weights (codecstream.decoder.random_checkpoint preset=real seed=0)",
+        "threads": args.threads,
+        "machine": machine(),
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "versions": versions(),
+        "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "backends": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
+    print(f"[artifact_bench] wrote {args.out} and {args.out.with_suffix('.png')}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
