@@ -66,7 +66,7 @@ def run_decoder_parity(args: argparse.Namespace) -> int:
             f"than {args.checkpoint} ({digest}): parity against it means nothing",
             EXIT_ERROR,
         )
-    model = _reference_model(args.checkpoint)
+    model = reference_model(args.checkpoint)
     report = decoder_parity(decoder, model, codes, schedule, reference_codes, args.threshold_db)
     report.details = {
         "check": "decoder",
@@ -80,7 +80,7 @@ def run_decoder_parity(args: argparse.Namespace) -> int:
         "chunking": list(schedule.sizes),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "threads": args.threads},  # fmt: skip
-        "versions": _versions(),
+        "versions": toolchain_versions(),
         "command": _command(args),
     }
     print(f"decoder    {decoder.description}")
@@ -122,7 +122,7 @@ def _codes(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray | None, dic
     return codes, None, {"source": "random", "seed": args.seed, "frames": args.frames, "reference_frames": 0}
 
 
-def _reference_model(checkpoint: pathlib.Path):
+def reference_model(checkpoint: pathlib.Path):
     try:
         from codecstream.decoder import CheckpointError, load_decoder
     except ImportError as error:
@@ -133,7 +133,7 @@ def _reference_model(checkpoint: pathlib.Path):
         raise CommandError(str(error), EXIT_ERROR) from None
 
 
-def _versions() -> dict[str, str]:
+def toolchain_versions() -> dict[str, str]:
     found = {}
     for name in ("codecstream-export", "torch", "onnxruntime", "executorch", "numpy"):
         try:

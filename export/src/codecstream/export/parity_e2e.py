@@ -25,7 +25,7 @@ from codecstream.client.commands import add_connection_arguments, request_option
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, reference_decode
-from codecstream.export.parity_cli import _reference_model, _versions, publish
+from codecstream.export.parity_cli import reference_model, toolchain_versions, publish
 from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.protocol.digest import DigestError, decoder_digest
@@ -70,7 +70,7 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
         raise CommandError(
             f"{args.decoder} decodes other weights ({decoder.codec.decoder_digest}) than {args.checkpoint} ({digest})", EXIT_ERROR
         )
-    model = _reference_model(args.checkpoint)
+    model = reference_model(args.checkpoint)
     with Client(args.server, tls=args.tls, token=args.token) as client:
         stream = client.synthesize(args.text, decoder=decoder, **request_options(args))
         chunks = list(stream)
@@ -107,7 +107,7 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
             "wire_bytes_per_audio_second": round(stats.wire_bytes_per_audio_second, 1),
         },
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
-        "versions": _versions(),
+        "versions": toolchain_versions(),
         "command": shlex.join(["codecstream", "parity", "e2e", "--server", args.server, "--text", args.text,
                                "--decoder", str(args.decoder), "--checkpoint", str(args.checkpoint)]),
     }  # fmt: skip
