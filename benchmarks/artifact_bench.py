@@ -152,8 +152,23 @@ def ensure_artifact(checkpoint: pathlib.Path, backend: str, max_chunk: int) -> t
     directory = CACHE / "artifacts" / f"stateful-{dtype}-{fmt}"
     if (directory / "manifest.json").exists():
         return directory, None
-    command = [sys.executable, "-m", "codecstream.client.cli", "export-decoder", str(checkpoint), "--format", fmt,
-               "--mode", "stateful", "--dtype", dtype, "--max-chunk-frames", str(max_chunk), "--out", str(directory)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "codecstream.client.cli",
+        "export-decoder",
+        str(checkpoint),
+        "--format",
+        fmt,
+        "--mode",
+        "stateful",
+        "--dtype",
+        dtype,
+        "--max-chunk-frames",
+        str(max_chunk),
+        "--out",
+        str(directory),
+    ]
     began = time.perf_counter()
     subprocess.run(command, check=True)
     return directory, round(time.perf_counter() - began, 1)
@@ -168,8 +183,20 @@ def artifact_size_mb(directory: pathlib.Path, backend: str) -> float | None:
 
 
 def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--worker", backend, "--source", str(source), "--reference", str(reference),
-               "--threads", str(args.threads), "--chunks", ",".join(map(str, args.chunks))]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        backend,
+        "--source",
+        str(source),
+        "--reference",
+        str(reference),
+        "--threads",
+        str(args.threads),
+        "--chunks",
+        ",".join(map(str, args.chunks)),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -184,7 +211,9 @@ def machine() -> dict:
     return {
         "cpu": model,
         "logical_cpus": os.cpu_count(),
-        "isa": [flag for flag in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if flag in flags],
+        "isa": [
+            flag for flag in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if flag in flags
+        ],
         "platform": platform.platform(),
         "python": platform.python_version(),
     }
@@ -213,8 +242,13 @@ def plot(results: dict, path: pathlib.Path) -> None:
         rtf_axis.plot(sizes, [row["chunks"][str(c)]["rtf"] for c in sizes], marker="o", label=row["backend"])
     rtf_axis.axhline(0.20, color="gray", linestyle="--", linewidth=0.8, label="fp32 artifact target 0.20")
     rtf_axis.axhline(0.10, color="gray", linestyle=":", linewidth=0.8, label="quantized target 0.10")
-    rtf_axis.set(xscale="log", yscale="log", xlabel="chunk size C (frames)", ylabel="RTF (median call / audio)",
-                 title=f"stateful decode, real-size decoder, {results['threads']} threads")  # fmt: skip
+    rtf_axis.set(
+        xscale="log",
+        yscale="log",
+        xlabel="chunk size C (frames)",
+        ylabel="RTF (median call / audio)",
+        title=f"stateful decode, real-size decoder, {results['threads']} threads",
+    )
     rtf_axis.set_xticks(list(CHUNKS), [str(c) for c in CHUNKS])
     rtf_axis.legend(fontsize=8)
     names = [row["backend"] for row in rows]
@@ -229,8 +263,12 @@ def plot(results: dict, path: pathlib.Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ", ".join(BACKENDS))
-    parser.add_argument("--chunks", default=",".join(map(str, CHUNKS)), type=lambda text: [int(c) for c in text.split(",")])
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ", ".join(BACKENDS)
+    )
+    parser.add_argument(
+        "--chunks", default=",".join(map(str, CHUNKS)), type=lambda text: [int(c) for c in text.split(",")]
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "artifact_bench.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -247,7 +285,11 @@ def main() -> None:
     rows = []
     for backend in args.backends.split(","):
         source, export_s = ensure_artifact(checkpoint, backend, max(args.chunks))
-        print(f"[artifact_bench] {backend}: measuring (load average {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
+        print(
+            f"[artifact_bench] {backend}: measuring (load average {os.getloadavg()[0]:.2f})",
+            file=sys.stderr,
+            flush=True,
+        )
         row = run_worker(backend, source, reference, args)
         row["artifact_mb"] = artifact_size_mb(source, backend)
         if export_s is not None:

@@ -87,8 +87,10 @@ def onnxruntime_note() -> str:
         return "not measured: onnxruntime is not installed here"
     providers = onnxruntime.get_available_providers()
     if "CUDAExecutionProvider" not in providers:
-        return (f"not measured: onnxruntime {onnxruntime.__version__} here offers {providers} only (the CPU build); "
-                "onnxruntime-gpu was not available on this machine")  # fmt: skip
+        return (
+            f"not measured: onnxruntime {onnxruntime.__version__} here offers {providers} only (the CPU build); "
+            "onnxruntime-gpu was not available on this machine"
+        )
     return f"available ({providers}) but not measured by this script"
 
 
@@ -106,7 +108,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
     from codecstream.client.runtimes import open_decoder
     from codecstream.decoder import StatefulDecoder, load_decoder
     from codecstream.decoder.random_checkpoint import write_speech_tokenizer
@@ -128,9 +129,13 @@ def main() -> None:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     fp32 = measure(decoder.decode, decoder.reset, lambda chunk: args.calls)
-    fp32.update(backend="eager torch fp32 (open_decoder, backend='torch')", description=decoder.description,
-                load_s=round(load_s, 3), peak_gpu_memory_mb=peak_memory_mb(cuda),
-                parity_snr_db=round(snr_db(reference, streamed(decoder.decode, decoder.reset, parity_codes)), 2))  # fmt: skip
+    fp32.update(
+        backend="eager torch fp32 (open_decoder, backend='torch')",
+        description=decoder.description,
+        load_s=round(load_s, 3),
+        peak_gpu_memory_mb=peak_memory_mb(cuda),
+        parity_snr_db=round(snr_db(reference, streamed(decoder.decode, decoder.reset, parity_codes)), 2),
+    )
     rows.append(fp32)
 
     bf16_model = copy.deepcopy(model).to(torch.bfloat16)
@@ -147,9 +152,11 @@ def main() -> None:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     row = measure(bf16_decode, bf16.reset, lambda chunk: args.calls)
-    row.update(backend="eager torch bf16 (codecstream.decoder StatefulDecoder, bf16 copy)",
-               peak_gpu_memory_mb=peak_memory_mb(cuda),
-               parity_snr_db=round(snr_db(reference, streamed(bf16_decode, bf16.reset, parity_codes)), 2))  # fmt: skip
+    row.update(
+        backend="eager torch bf16 (codecstream.decoder StatefulDecoder, bf16 copy)",
+        peak_gpu_memory_mb=peak_memory_mb(cuda),
+        parity_snr_db=round(snr_db(reference, streamed(bf16_decode, bf16.reset, parity_codes)), 2),
+    )
     rows.append(row)
 
     gpu = torch.cuda.get_device_properties(0) if cuda else None
@@ -157,10 +164,15 @@ def main() -> None:
         "benchmark": "cuda_decode_bench",
         "mode": "stateful",
         "decoder": f"random weights (codecstream.decoder.random_checkpoint preset={args.preset} seed=0)",
-        "machine": {"gpu": gpu.name if gpu else None, "gpu_memory_gb": round(gpu.total_memory / 1e9, 1) if gpu else None,
-                    "platform": platform.platform(), "python": platform.python_version()},  # fmt: skip
+        "machine": {
+            "gpu": gpu.name if gpu else None,
+            "gpu_memory_gb": round(gpu.total_memory / 1e9, 1) if gpu else None,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
-        "parity_reference": f"fp32 full-utterance decode on the same GPU, TF32 off, {PARITY_FRAMES} frames, chunks 2-4-8-16-25",
+        "parity_reference": f"fp32 full-utterance decode on the same GPU, TF32 off, {PARITY_FRAMES} frames, "
+        "chunks 2-4-8-16-25",
         "onnxruntime_cuda": onnxruntime_note(),
         "command": shlex.join(["python", *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -15,9 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-
 import torch
-
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 
 # These tests check numbers, not speed: one thread avoids oversubscribing CI's two cores (a torch
@@ -47,13 +45,30 @@ def codecstream(*args: str, timeout: float = 900) -> subprocess.CompletedProcess
     """Run the `codecstream` command line in a fresh interpreter."""
     # Two exports run at once on two cores: more threads per process would only oversubscribe them.
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "codecstream.client.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "codecstream.client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def export_command(checkpoint: pathlib.Path, fmt: str, mode: str, dtype: str, out: pathlib.Path) -> list[str]:
-    return ["export-decoder", str(checkpoint), "--format", fmt, "--mode", mode, "--dtype", dtype,
-            "--max-chunk-frames", str(MAX_CHUNK_FRAMES), "--out", str(out)]  # fmt: skip
+    return [
+        "export-decoder",
+        str(checkpoint),
+        "--format",
+        fmt,
+        "--mode",
+        mode,
+        "--dtype",
+        dtype,
+        "--max-chunk-frames",
+        str(MAX_CHUNK_FRAMES),
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.fixture(scope="session")

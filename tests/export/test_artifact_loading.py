@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.client.runtimes.manifest import MANIFEST_FILE
 
@@ -36,14 +35,17 @@ def test_an_artifact_modified_after_export_is_refused_by_its_sha256(fmt, artifac
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     file.write_bytes(bytes(data))
-    with pytest.raises(DecoderLoadError, match=r"decoder\.\w+: sha256 mismatch: manifest.json says sha256:[0-9a-f]+, the file has sha256:"):
+    with pytest.raises(
+        DecoderLoadError,
+        match=r"decoder\.\w+: sha256 mismatch: manifest.json says sha256:[0-9a-f]+, the file has sha256:",
+    ):
         open_decoder(directory, backend=fmt)
 
 
 def test_a_directory_without_manifest_is_refused(artifacts, tmp_path):
     directory = copy_artifact(artifacts[("onnx", "stateful", "fp32")], tmp_path)
     (directory / MANIFEST_FILE).unlink()
-    with pytest.raises(DecoderLoadError, match="has no manifest.json: not a decoder artifact directory"):
+    with pytest.raises(DecoderLoadError, match=r"has no manifest\.json: not a decoder artifact directory"):
         open_decoder(directory)
 
 
@@ -64,7 +66,7 @@ def test_a_manifest_whose_state_shapes_do_not_match_the_file_is_refused(fmt, art
 def test_a_manifest_for_another_codec_is_refused(artifacts, tmp_path):
     directory = copy_artifact(artifacts[("onnx", "stateful", "fp32")], tmp_path)
     edit_manifest(directory, lambda data: data["codec"].update(num_codebooks=8))
-    with pytest.raises(DecoderLoadError, match="codec mismatch: .*num_codebooks: expected 16, got 8"):
+    with pytest.raises(DecoderLoadError, match=r"codec mismatch: .*num_codebooks: expected 16, got 8"):
         open_decoder(directory)
 
 

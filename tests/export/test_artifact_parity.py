@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
 from codecstream.export.metrics import snr_db
@@ -47,8 +46,10 @@ def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(fmt, artifacts
     decoder = open_decoder(artifacts[(fmt, "windowed", "fp32")], backend=fmt)
     streamed, _, _ = stream_through(decoder, codes, RAMP)
     eager, _, _ = stream_through(WindowedDecoder(model), codes, RAMP)
-    print(f"\n[{fmt} windowed fp32] vs eager windowed: {snr_db(eager, streamed):.1f} dB; "
-          f"vs full decode (the window's approximation, as measured): {snr_db(full, streamed):.1f} dB")  # fmt: skip
+    print(
+        f"\n[{fmt} windowed fp32] vs eager windowed: {snr_db(eager, streamed):.1f} dB; "
+        f"vs full decode (the window's approximation, as measured): {snr_db(full, streamed):.1f} dB"
+    )
     assert snr_db(eager, streamed) > 90
 
 

@@ -8,7 +8,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from codecstream.client import cli
 from codecstream.client.runtimes import open_decoder, read_manifest
 from codecstream.export.cli import register_parity
@@ -30,37 +29,64 @@ def one_line(text: str) -> str:
 
 
 def test_export_decoder_refuses_an_unsupported_combination_in_one_line(tiny_checkpoint, tmp_path, capsys):
-    code, _, err = run_in_process(capsys, "export-decoder", str(tiny_checkpoint), "--format", "onnx", "--dtype", "bf16",
-                                  "--out", str(tmp_path / "out"))  # fmt: skip
+    code, _, err = run_in_process(
+        capsys,
+        "export-decoder",
+        str(tiny_checkpoint),
+        "--format",
+        "onnx",
+        "--dtype",
+        "bf16",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert code == 2
-    assert one_line(err) == ("codecstream export-decoder: error: --dtype bf16 is not supported for onnx artifacts "
-                             "(supported: fp32, int8); bf16 is available for pt2")  # fmt: skip
+    assert one_line(err) == (
+        "codecstream export-decoder: error: --dtype bf16 is not supported for onnx artifacts "
+        "(supported: fp32, int8); bf16 is available for pt2"
+    )
     assert not (tmp_path / "out").exists()
 
 
 def test_export_decoder_reports_a_bad_checkpoint_in_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    code, _, err = run_in_process(capsys, "export-decoder", str(tmp_path / "empty"), "--format", "pt2", "--quiet",
-                                  "--out", str(tmp_path / "out"))  # fmt: skip
+    code, _, err = run_in_process(
+        capsys, "export-decoder", str(tmp_path / "empty"), "--format", "pt2", "--quiet", "--out", str(tmp_path / "out")
+    )
     assert code == 2
     assert one_line(err).startswith("codecstream export-decoder: error: cannot read checkpoint: ")
 
 
-def test_export_decoder_names_the_extra_when_an_exporter_dependency_is_missing(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+def test_export_decoder_names_the_extra_when_an_exporter_dependency_is_missing(
+    tiny_checkpoint, tmp_path, capsys, monkeypatch
+):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real_find_spec(name, *a))
-    code, _, err = run_in_process(capsys, "export-decoder", str(tiny_checkpoint), "--format", "onnx", "--out", str(tmp_path))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real_find_spec(name, *a)
+    )
+    code, _, err = run_in_process(
+        capsys, "export-decoder", str(tiny_checkpoint), "--format", "onnx", "--out", str(tmp_path)
+    )
     assert code == 2
-    assert one_line(err) == ("codecstream export-decoder: error: onnx export needs onnxscript, which is not installed: "
-                             "pip install 'codecstream-export[onnx]'")  # fmt: skip
+    assert one_line(err) == (
+        "codecstream export-decoder: error: onnx export needs onnxscript, which is not installed: "
+        "pip install 'codecstream-export[onnx]'"
+    )
 
 
-def test_exporting_another_graph_into_an_artifact_directory_is_refused_before_converting(artifacts, tiny_checkpoint, tmp_path, capsys):
+def test_exporting_another_graph_into_an_artifact_directory_is_refused_before_converting(
+    artifacts, tiny_checkpoint, tmp_path, capsys
+):
     directory = tmp_path / "stateful"
     shutil.copytree(artifacts[("onnx", "stateful", "fp32")], directory)
-    code, _, err = run_in_process(capsys, *export_command(tiny_checkpoint, "pt2", "windowed", "fp32", directory), "--quiet")
+    code, _, err = run_in_process(
+        capsys, *export_command(tiny_checkpoint, "pt2", "windowed", "fp32", directory), "--quiet"
+    )
     assert code == 2
-    assert "already holds stateful fp32 artifacts (onnx) of another graph (differs in mode, inputs, outputs, window)" in one_line(err)
+    assert (
+        "already holds stateful fp32 artifacts (onnx) of another graph (differs in mode, inputs, outputs, window)"
+        in one_line(err)
+    )
     assert sorted(read_manifest(directory).artifacts) == ["onnx"]
 
 
@@ -102,9 +128,23 @@ def test_every_exported_manifest_records_what_the_client_needs(artifacts, tiny_c
 
 def test_parity_decoder_passes_and_writes_json_and_png(artifacts, tiny_checkpoint, tmp_path, capsys):
     out_json, out_png = tmp_path / "parity.json", tmp_path / "parity.png"
-    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
-                                  "--checkpoint", str(tiny_checkpoint), "--frames", "120", "--seed", "1",
-                                  "--json", str(out_json), "--plot", str(out_png))  # fmt: skip
+    code, out, _ = run_in_process(
+        capsys,
+        "parity",
+        "decoder",
+        "--artifact",
+        str(artifacts[("onnx", "stateful", "fp32")]),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--frames",
+        "120",
+        "--seed",
+        "1",
+        "--json",
+        str(out_json),
+        "--plot",
+        str(out_png),
+    )
     assert code == 0, out
     assert "result     PASS: SNR" in out
     report = json.loads(out_json.read_text())
@@ -113,29 +153,62 @@ def test_parity_decoder_passes_and_writes_json_and_png(artifacts, tiny_checkpoin
     assert [chunk["frames"] for chunk in report["chunks"]] == [2, 4, 8, 16, 25, 25, 25, 15]
     assert all(chunk["snr_db"] == "inf" or chunk["snr_db"] > 90 for chunk in report["chunks"])
     assert report["codes"] == {"source": "random", "seed": 1, "frames": 120, "reference_frames": 0}
-    assert report["decoder"]["backend"] == "onnx" and report["command"].startswith("codecstream parity decoder --artifact")
+    assert report["decoder"]["backend"] == "onnx" and report["command"].startswith(
+        "codecstream parity decoder --artifact"
+    )
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_parity_decoder_primes_the_reference_codes_of_a_codes_file(artifacts, tiny_checkpoint, tmp_path, capsys):
     codes_file = tmp_path / "clone.npz"
     save_codes_file(codes_file, random_codes(40, seed=2), reference_codes=random_codes(30, seed=3))
-    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("pte", "stateful", "fp32")]),
-                                  "--checkpoint", str(tiny_checkpoint), "--codes", str(codes_file), "--chunking", "4")  # fmt: skip
+    code, out, _ = run_in_process(
+        capsys,
+        "parity",
+        "decoder",
+        "--artifact",
+        str(artifacts[("pte", "stateful", "fp32")]),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--codes",
+        str(codes_file),
+        "--chunking",
+        "4",
+    )
     assert code == 0, out
     assert "40 frames (" in out and "PASS" in out
 
 
 def test_parity_decoder_exits_1_below_the_threshold(artifacts, tiny_checkpoint, capsys):
-    code, out, _ = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
-                                  "--checkpoint", str(tiny_checkpoint), "--frames", "30", "--threshold-db", "400")  # fmt: skip
+    code, out, _ = run_in_process(
+        capsys,
+        "parity",
+        "decoder",
+        "--artifact",
+        str(artifacts[("onnx", "stateful", "fp32")]),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--frames",
+        "30",
+        "--threshold-db",
+        "400",
+    )
     assert code == 1
     assert "result     FAIL: SNR" in out
 
 
 def test_parity_decoder_refuses_a_checkpoint_with_other_weights(artifacts, other_checkpoint, capsys):
-    code, _, err = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
-                                  "--checkpoint", str(other_checkpoint), "--frames", "10")  # fmt: skip
+    code, _, err = run_in_process(
+        capsys,
+        "parity",
+        "decoder",
+        "--artifact",
+        str(artifacts[("onnx", "stateful", "fp32")]),
+        "--checkpoint",
+        str(other_checkpoint),
+        "--frames",
+        "10",
+    )
     assert code == 2
     assert "was exported from other decoder weights" in one_line(err)
 
@@ -148,8 +221,16 @@ def test_parity_decoder_refuses_a_checkpoint_with_other_weights(artifacts, other
     ],
 )
 def test_parity_decoder_reports_bad_input_in_one_line(args, message, artifacts, tiny_checkpoint, capsys):
-    code, _, err = run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[("onnx", "stateful", "fp32")]),
-                                  "--checkpoint", str(tiny_checkpoint), *args)  # fmt: skip
+    code, _, err = run_in_process(
+        capsys,
+        "parity",
+        "decoder",
+        "--artifact",
+        str(artifacts[("onnx", "stateful", "fp32")]),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        *args,
+    )
     assert code == 2
     assert message in one_line(err)
 
@@ -170,9 +251,27 @@ def test_quantized_parity_is_reported_next_to_fp32(artifacts, tiny_checkpoint, t
     reports = {}
     for key in [("onnx", "stateful", "fp32"), ("onnx", "stateful", "int8"), ("pt2", "stateful", "bf16")]:
         out_json = tmp_path / f"{'-'.join(key)}.json"
-        run_in_process(capsys, "parity", "decoder", "--artifact", str(artifacts[key]), "--checkpoint", str(tiny_checkpoint),
-                       "--frames", "100", "--threshold-db", "0", "--json", str(out_json))  # fmt: skip
+        run_in_process(
+            capsys,
+            "parity",
+            "decoder",
+            "--artifact",
+            str(artifacts[key]),
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--frames",
+            "100",
+            "--threshold-db",
+            "0",
+            "--json",
+            str(out_json),
+        )
         reports[key] = json.loads(out_json.read_text())
-    print("\n" + "\n".join(f"{' '.join(key)}: SNR {r['snr_db']} dB, max {r['max_lsb_error']} LSB" for key, r in reports.items()))
+    print(
+        "\n"
+        + "\n".join(
+            f"{' '.join(key)}: SNR {r['snr_db']} dB, max {r['max_lsb_error']} LSB" for key, r in reports.items()
+        )
+    )
     assert reports[("onnx", "stateful", "fp32")]["snr_db"] > reports[("pt2", "stateful", "bf16")]["snr_db"]
     assert all(np.isfinite(r["max_abs_error"]) for r in reports.values())

@@ -42,13 +42,31 @@ def register_export_decoder(subparsers) -> None:
         description="Export the decoder of a Qwen3-TTS checkpoint (or its speech_tokenizer/ directory) into an "
         "artifact directory: the graph file and manifest.json. Several formats of one graph can share a directory.",
     )
-    parser.add_argument("checkpoint", type=pathlib.Path, help="Qwen3-TTS model directory or its speech_tokenizer/ directory")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="pt2 (torch.export), pte (ExecuTorch + XNNPACK), onnx (ONNX Runtime)")
-    parser.add_argument("--mode", default="stateful", choices=MODES, help="stateful (exact, default) or windowed (72-frame window)")
-    parser.add_argument("--dtype", default="fp32", choices=("fp32", "int8", "bf16"),
-                        help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 for pt2")  # fmt: skip
-    parser.add_argument("--max-chunk-frames", type=int, default=DEFAULT_MAX_CHUNK_FRAMES, metavar="N",
-                        help=f"largest chunk one call decodes (default {DEFAULT_MAX_CHUNK_FRAMES}); longer inputs are split")  # fmt: skip
+    parser.add_argument(
+        "checkpoint", type=pathlib.Path, help="Qwen3-TTS model directory or its speech_tokenizer/ directory"
+    )
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="pt2 (torch.export), pte (ExecuTorch + XNNPACK), onnx (ONNX Runtime)",
+    )
+    parser.add_argument(
+        "--mode", default="stateful", choices=MODES, help="stateful (exact, default) or windowed (72-frame window)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=("fp32", "int8", "bf16"),
+        help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 for pt2",
+    )
+    parser.add_argument(
+        "--max-chunk-frames",
+        type=int,
+        default=DEFAULT_MAX_CHUNK_FRAMES,
+        metavar="N",
+        help=f"largest chunk one call decodes (default {DEFAULT_MAX_CHUNK_FRAMES}); longer inputs are split",
+    )
     parser.add_argument("--out", type=pathlib.Path, required=True, metavar="DIR", help="artifact directory to write")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(handler=run_export_decoder)
@@ -62,8 +80,10 @@ def run_export_decoder(args: argparse.Namespace) -> int:
         raise CommandError(str(error), EXIT_ERROR) from None
     entry = manifest.artifacts[args.format]
     check = entry.export_check or {}
-    print(f"{args.out / entry.file}: {manifest.mode} {manifest.dtype}, chunks 1..{manifest.max_chunk_frames} frames, "
-          f"{entry.size_bytes / 1e6:.1f} MB, {entry.sha256[:23]}…, export check {check.get('snr_db', 'skipped')} dB")  # fmt: skip
+    print(
+        f"{args.out / entry.file}: {manifest.mode} {manifest.dtype}, chunks 1..{manifest.max_chunk_frames} frames, "
+        f"{entry.size_bytes / 1e6:.1f} MB, {entry.sha256[:23]}…, export check {check.get('snr_db', 'skipped')} dB"
+    )
     return 0
 
 
@@ -74,4 +94,3 @@ def register_parity(subparsers) -> argparse._SubParsersAction:
     checks = parser.add_subparsers(dest="check", required=True, metavar="CHECK")
     add_entry_point_commands(checks, PARITY_GROUP, prefix="parity ")
     return checks
-

@@ -18,7 +18,6 @@ import warnings
 from importlib.metadata import version
 
 import numpy as np
-
 from codecstream.client.runtimes import installed, open_decoder, read_manifest
 from codecstream.client.runtimes.manifest import (
     ARTIFACT_FILES,
@@ -71,15 +70,21 @@ def check_request(request: ExportRequest) -> None:
     if request.dtype not in supported:
         others = [fmt for fmt, dtypes in SUPPORTED_DTYPES.items() if request.dtype in dtypes]
         hint = f"; {request.dtype} is available for {', '.join(others)}" if others else ""
-        raise ExportError(f"--dtype {request.dtype} is not supported for {request.format} artifacts "
-                          f"(supported: {', '.join(supported)}){hint}")  # fmt: skip
+        raise ExportError(
+            f"--dtype {request.dtype} is not supported for {request.format} artifacts "
+            f"(supported: {', '.join(supported)}){hint}"
+        )
     if not 1 <= request.max_chunk_frames <= MAX_CHUNK_FRAMES:
-        raise ExportError(f"--max-chunk-frames {request.max_chunk_frames} is out of range, expected 1..{MAX_CHUNK_FRAMES}")
+        raise ExportError(
+            f"--max-chunk-frames {request.max_chunk_frames} is out of range, expected 1..{MAX_CHUNK_FRAMES}"
+        )
     modules, extra = REQUIREMENTS[request.format]
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        raise ExportError(f"{request.format} export needs {', '.join(missing)}, which is not installed: "
-                          f"pip install 'codecstream-export[{extra}]'")  # fmt: skip
+        raise ExportError(
+            f"{request.format} export needs {', '.join(missing)}, which is not installed: "
+            f"pip install 'codecstream-export[{extra}]'"
+        )
 
 
 def export_decoder(request: ExportRequest, progress: Progress | None = None) -> Manifest:
@@ -87,9 +92,10 @@ def export_decoder(request: ExportRequest, progress: Progress | None = None) -> 
     check_request(request)
     progress = progress or Progress(total=STAGES, enabled=False)
     # torch's own pytree deprecation, raised inside torch.export/torch.onnx, not by this code.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
     import torch  # after the checks: a bad request fails fast, without importing torch
-
     from codecstream.export.graphs import build_graph
 
     out_dir = request.out_dir
@@ -178,7 +184,9 @@ def _previous_manifest(out_dir: pathlib.Path) -> Manifest | None:
     try:
         return read_manifest(out_dir)
     except Exception as error:
-        raise ExportError(f"{out_dir} holds an unreadable {MANIFEST_FILE} ({error}); use an empty --out directory") from None
+        raise ExportError(
+            f"{out_dir} holds an unreadable {MANIFEST_FILE} ({error}); use an empty --out directory"
+        ) from None
 
 
 def _manifest(request: ExportRequest, graph, digest: str, model) -> Manifest:
@@ -219,7 +227,9 @@ def _merged_manifest(manifest: Manifest, previous: Manifest | None, request: Exp
 
 
 def _config_json(config) -> dict:
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in dataclasses.asdict(config).items()}
+    return {
+        key: list(value) if isinstance(value, tuple) else value for key, value in dataclasses.asdict(config).items()
+    }
 
 
 def _export_check(request: ExportRequest, model, out_dir: pathlib.Path) -> dict | None:
@@ -228,7 +238,9 @@ def _export_check(request: ExportRequest, model, out_dir: pathlib.Path) -> dict 
         return None
     from codecstream.decoder import make_frame_decoder
 
-    codes = np.random.default_rng(0).integers(0, model.config.codebook_size, (CHECK_FRAMES, model.config.num_quantizers))
+    codes = np.random.default_rng(0).integers(
+        0, model.config.codebook_size, (CHECK_FRAMES, model.config.num_quantizers)
+    )
     artifact = open_decoder(out_dir, backend=request.format)
     eager = make_frame_decoder(model, request.mode)
     sizes = [min(size, request.max_chunk_frames) for size in CHECK_RAMP]

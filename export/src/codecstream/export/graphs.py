@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch import nn
-
 from codecstream.client.runtimes.manifest import TensorSpec, WindowSpec
 from codecstream.decoder import Qwen3TTSDecoder, StatefulDecoderStep
 from codecstream.decoder.layers import CausalTransposedConv1d, DecoderBlock, SnakeBeta
+from torch import nn
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 
@@ -125,7 +124,8 @@ def stateful_graph(model: Qwen3TTSDecoder, max_chunk_frames: int) -> Graph:
     samples = model.samples_per_frame
     quantizers = model.config.num_quantizers
     state_specs = tuple(
-        TensorSpec(name, tuple(tensor.shape), _dtype_name(tensor.dtype)) for name, tensor in zip(step.state_names, state)
+        TensorSpec(name, tuple(tensor.shape), _dtype_name(tensor.dtype))
+        for name, tensor in zip(step.state_names, state, strict=True)
     )
     frames = torch.export.Dim("frames", min=1, max=max_chunk_frames)
     return Graph(

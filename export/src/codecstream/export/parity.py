@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from codecstream.export.metrics import chunk_snrs, json_number, max_abs_error, max_lsb_error, snr_db
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import FrameDecoder
@@ -57,13 +56,20 @@ class ParityReport:
 
     def to_json(self) -> dict[str, Any]:
         chunks, first = [], 0
-        for index, (frames, snr, seconds) in enumerate(zip(self.chunk_frames, self.chunk_snr_db, self.decode_seconds)):
+        for index, (frames, snr, seconds) in enumerate(
+            zip(self.chunk_frames, self.chunk_snr_db, self.decode_seconds, strict=True)
+        ):
             span = slice(first * self.samples_per_frame, (first + frames) * self.samples_per_frame)
-            chunks.append({
-                "index": index, "first_frame": first, "frames": frames, "snr_db": json_number(snr),
-                "max_abs_error": max_abs_error(self.reference[span], self.decoded[span]),
-                "decode_ms": round(seconds * 1000, 2),
-            })  # fmt: skip
+            chunks.append(
+                {
+                    "index": index,
+                    "first_frame": first,
+                    "frames": frames,
+                    "snr_db": json_number(snr),
+                    "max_abs_error": max_abs_error(self.reference[span], self.decoded[span]),
+                    "decode_ms": round(seconds * 1000, 2),
+                }
+            )
             first += frames
         decode_total = sum(self.decode_seconds)
         return {
@@ -83,13 +89,17 @@ class ParityReport:
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
-        return (f"{verdict}: SNR {json_number(self.snr_db)} dB (threshold {self.threshold_db} dB), "
-                f"max abs error {self.max_abs_error:.3g} ({self.max_lsb_error} LSB at 16 bit), "
-                f"worst chunk {json_number(min(self.chunk_snr_db, default=float('inf')))} dB over {len(self.chunk_frames)} chunks")  # fmt: skip
+        return (
+            f"{verdict}: SNR {json_number(self.snr_db)} dB (threshold {self.threshold_db} dB), "
+            f"max abs error {self.max_abs_error:.3g} ({self.max_lsb_error} LSB at 16 bit), "
+            f"worst chunk {json_number(min(self.chunk_snr_db, default=float('inf')))} dB "
+            f"over {len(self.chunk_frames)} chunks"
+        )
 
 
-def stream_through(decoder: FrameDecoder, codes: np.ndarray, schedule: ChunkSchedule,
-                   reference_codes: np.ndarray | None = None) -> tuple[np.ndarray, list[int], list[float]]:  # fmt: skip
+def stream_through(
+    decoder: FrameDecoder, codes: np.ndarray, schedule: ChunkSchedule, reference_codes: np.ndarray | None = None
+) -> tuple[np.ndarray, list[int], list[float]]:
     """Reset, prime with `reference_codes`, decode `codes` in the schedule's chunks.
 
     Returns the samples, the chunk sizes and each chunk's decode time in seconds.
@@ -117,8 +127,14 @@ def reference_decode(model, codes: np.ndarray, reference_codes: np.ndarray | Non
     return decode_utterance(model, everything)[prefix * model.samples_per_frame :]
 
 
-def decoder_parity(decoder: FrameDecoder, model, codes: np.ndarray, schedule: ChunkSchedule,
-                   reference_codes: np.ndarray | None = None, threshold_db: float = 40.0) -> ParityReport:  # fmt: skip
+def decoder_parity(
+    decoder: FrameDecoder,
+    model,
+    codes: np.ndarray,
+    schedule: ChunkSchedule,
+    reference_codes: np.ndarray | None = None,
+    threshold_db: float = 40.0,
+) -> ParityReport:
     """Compare `decoder` streamed in `schedule` with `model`'s full-utterance decode of the same codes."""
     reference = reference_decode(model, codes, reference_codes)
     decoded, sizes, seconds = stream_through(decoder, codes, schedule, reference_codes)

@@ -14,7 +14,6 @@ import shlex
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
-
 from codecstream.client.errors import CommandError
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
@@ -34,21 +33,43 @@ def register_decoder(checks) -> None:
         description="Decode codes with the artifact, streamed in the chunk schedule, and with the checkpoint's "
         "full-utterance decode; print and write SNR, max errors and per-chunk SNR. Exit 1 below the threshold.",
     )
-    parser.add_argument("--artifact", type=pathlib.Path, required=True, metavar="DIR",
-                        help="artifact directory (manifest.json), or a checkpoint directory for the eager torch decoder")  # fmt: skip
-    parser.add_argument("--checkpoint", type=pathlib.Path, required=True, metavar="CKPT",
-                        help="the checkpoint the artifact was exported from (its full decode is the reference)")  # fmt: skip
+    parser.add_argument(
+        "--artifact",
+        type=pathlib.Path,
+        required=True,
+        metavar="DIR",
+        help="artifact directory (manifest.json), or a checkpoint directory for the eager torch decoder",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=pathlib.Path,
+        required=True,
+        metavar="CKPT",
+        help="the checkpoint the artifact was exported from (its full decode is the reference)",
+    )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--codes", type=pathlib.Path, metavar="FILE", help="codes file (.npy/.npz, e.g. from `codecstream record`)")
-    source.add_argument("--frames", type=int, default=250, metavar="N", help="random codes: number of frames (default 250)")
+    source.add_argument(
+        "--codes", type=pathlib.Path, metavar="FILE", help="codes file (.npy/.npz, e.g. from `codecstream record`)"
+    )
+    source.add_argument(
+        "--frames", type=int, default=250, metavar="N", help="random codes: number of frames (default 250)"
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random codes: seed (default 0)")
-    parser.add_argument("--chunking", default=",".join(map(str, DEFAULT_RAMP)), metavar="SIZES",
-                        help="chunk sizes in frames, the last repeating (default %(default)s)")  # fmt: skip
-    parser.add_argument("--threshold-db", type=float, default=40.0, metavar="DB", help="lowest passing SNR (default 40)")
+    parser.add_argument(
+        "--chunking",
+        default=",".join(map(str, DEFAULT_RAMP)),
+        metavar="SIZES",
+        help="chunk sizes in frames, the last repeating (default %(default)s)",
+    )
+    parser.add_argument(
+        "--threshold-db", type=float, default=40.0, metavar="DB", help="lowest passing SNR (default 40)"
+    )
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="runtime to use (default: auto)")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the runtime")
     parser.add_argument("--json", type=pathlib.Path, metavar="OUT", help="write the report as JSON")
-    parser.add_argument("--plot", type=pathlib.Path, metavar="OUT.png", help="write waveforms and error over time as PNG")
+    parser.add_argument(
+        "--plot", type=pathlib.Path, metavar="OUT.png", help="write waveforms and error over time as PNG"
+    )
     parser.set_defaults(handler=run_decoder_parity)
 
 
@@ -72,14 +93,23 @@ def run_decoder_parity(args: argparse.Namespace) -> int:
         "check": "decoder",
         "artifact": str(args.artifact),
         "checkpoint": str(args.checkpoint),
-        "decoder": {"backend": decoder.backend, "mode": decoder.mode, "dtype": decoder.dtype,
-                    "max_chunk_frames": decoder.max_chunk_frames, "description": decoder.description},  # fmt: skip
+        "decoder": {
+            "backend": decoder.backend,
+            "mode": decoder.mode,
+            "dtype": decoder.dtype,
+            "max_chunk_frames": decoder.max_chunk_frames,
+            "description": decoder.description,
+        },
         "decoder_digest": digest,
         "reference": "full-utterance decode (codecstream.decoder, fp32, eager)",
         "codes": codes_source,
         "chunking": list(schedule.sizes),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version(), "threads": args.threads},  # fmt: skip
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "threads": args.threads,
+        },
         "versions": toolchain_versions(),
         "command": _command(args),
     }
@@ -114,7 +144,11 @@ def _command(args: argparse.Namespace) -> str:
 def _codes(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray | None, dict]:
     if args.codes:
         loaded = load_codes_file(args.codes)
-        source = {"source": str(args.codes), "frames": len(loaded.codes), "reference_frames": len(loaded.reference_codes)}
+        source = {
+            "source": str(args.codes),
+            "frames": len(loaded.codes),
+            "reference_frames": len(loaded.reference_codes),
+        }
         return loaded.codes, loaded.reference_codes, source
     if args.frames < 1:
         raise ProtocolError(f"--frames {args.frames}: expected at least 1 frame")

@@ -18,14 +18,13 @@ import platform
 import shlex
 
 import numpy as np
-
 from codecstream.client import Client
-from codecstream.client.errors import CommandError
 from codecstream.client.commands import add_connection_arguments, request_options
+from codecstream.client.errors import CommandError
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, reference_decode
-from codecstream.export.parity_cli import reference_model, toolchain_versions, publish
+from codecstream.export.parity_cli import publish, reference_model, toolchain_versions
 from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.protocol.digest import DigestError, decoder_digest
@@ -48,13 +47,25 @@ def register_e2e(checks) -> None:
     parser.add_argument("--reference-text", default="")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-frames", type=int, default=0)
-    parser.add_argument("--chunking", default=",".join(map(str, DEFAULT_RAMP)), help="chunk sizes the server should send")
-    parser.add_argument("--decoder", type=pathlib.Path, required=True, metavar="DIR", help="the client's decoder: artifact or checkpoint")
+    parser.add_argument(
+        "--chunking", default=",".join(map(str, DEFAULT_RAMP)), help="chunk sizes the server should send"
+    )
+    parser.add_argument(
+        "--decoder",
+        type=pathlib.Path,
+        required=True,
+        metavar="DIR",
+        help="the client's decoder: artifact or checkpoint",
+    )
     parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--checkpoint", type=pathlib.Path, required=True, metavar="CKPT",
                         help="the checkpoint the server runs (its full decode is the reference)")  # fmt: skip
-    parser.add_argument("--threshold-db", type=float, default=40.0, metavar="DB", help="lowest passing SNR (default 40)")
-    parser.add_argument("--save-codes", type=pathlib.Path, metavar="FILE.npz", help="keep the stream's codes (for replay)")
+    parser.add_argument(
+        "--threshold-db", type=float, default=40.0, metavar="DB", help="lowest passing SNR (default 40)"
+    )
+    parser.add_argument(
+        "--save-codes", type=pathlib.Path, metavar="FILE.npz", help="keep the stream's codes (for replay)"
+    )
     parser.add_argument("--json", type=pathlib.Path, metavar="OUT")
     parser.add_argument("--plot", type=pathlib.Path, metavar="OUT.png")
     parser.set_defaults(handler=run_e2e_parity)
@@ -68,14 +79,17 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
         raise CommandError(str(error), EXIT_ERROR) from None
     if decoder.codec.decoder_digest != digest:
         raise CommandError(
-            f"{args.decoder} decodes other weights ({decoder.codec.decoder_digest}) than {args.checkpoint} ({digest})", EXIT_ERROR
+            f"{args.decoder} decodes other weights ({decoder.codec.decoder_digest}) than {args.checkpoint} ({digest})",
+            EXIT_ERROR,
         )
     model = reference_model(args.checkpoint)
     with Client(args.server, tls=args.tls, token=args.token) as client:
         stream = client.synthesize(args.text, decoder=decoder, **request_options(args))
         chunks = list(stream)
     if not chunks:
-        raise CommandError(f"the stream carried no audio (End reason {pb.EndReason.Name(stream.end.reason)})", EXIT_ERROR)
+        raise CommandError(
+            f"the stream carried no audio (End reason {pb.EndReason.Name(stream.end.reason)})", EXIT_ERROR
+        )
     codes = np.concatenate([chunk.codes for chunk in chunks])
     reference_codes = stream.codes.reference_codes
     if args.save_codes:

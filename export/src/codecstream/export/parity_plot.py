@@ -6,7 +6,6 @@ import math
 import pathlib
 
 import numpy as np
-
 from codecstream.export.metrics import PCM16_SCALE
 from codecstream.export.parity import ParityReport
 
@@ -39,8 +38,12 @@ def plot_parity(report: ParityReport, path: pathlib.Path | str, title: str) -> N
     errors.legend(loc="upper right", fontsize=8)
 
     finite = [snr if math.isfinite(snr) else 200.0 for snr in report.chunk_snr_db]
-    chunks.bar(range(len(finite)), finite, color=["tab:green" if s >= report.threshold_db else "tab:red" for s in finite])
-    chunks.axhline(report.threshold_db, color="black", linestyle="--", linewidth=0.8, label=f"threshold {report.threshold_db} dB")
+    chunks.bar(
+        range(len(finite)), finite, color=["tab:green" if s >= report.threshold_db else "tab:red" for s in finite]
+    )
+    chunks.axhline(
+        report.threshold_db, color="black", linestyle="--", linewidth=0.8, label=f"threshold {report.threshold_db} dB"
+    )
     chunks.set(xlabel="chunk", ylabel="SNR (dB)", title="SNR per chunk (identical chunks drawn at 200 dB)")
     chunks.legend(loc="lower right", fontsize=8)
 

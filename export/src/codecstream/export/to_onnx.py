@@ -13,7 +13,6 @@ import pathlib
 from importlib.metadata import version
 
 import torch
-
 from codecstream.export.graphs import Graph
 
 OPSET = 18
@@ -38,11 +37,14 @@ def write_onnx(graph: Graph, exported: torch.export.ExportedProgram, path: pathl
         float_path = path.with_suffix(".fp32.onnx")
         program.save(str(float_path), external_data=False)
         try:
-            quantize_dynamic(float_path, path, op_types_to_quantize=["MatMul", "Conv"], per_channel=True,
-                             weight_type=QuantType.QInt8)  # fmt: skip
+            quantize_dynamic(
+                float_path, path, op_types_to_quantize=["MatMul", "Conv"], per_channel=True, weight_type=QuantType.QInt8
+            )
         finally:
             float_path.unlink(missing_ok=True)
-        quantization = "onnxruntime dynamic int8: per-channel int8 weights (MatMul, Conv), uint8 activations quantized per call"
+        quantization = (
+            "onnxruntime dynamic int8: per-channel int8 weights (MatMul, Conv), uint8 activations quantized per call"
+        )
     else:
         program.save(str(path), external_data=False)
     versions = {name: version(name) for name in ("torch", "onnx", "onnxscript", "onnxruntime")}

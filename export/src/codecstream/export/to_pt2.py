@@ -9,7 +9,6 @@ from __future__ import annotations
 import pathlib
 
 import torch
-
 from codecstream.export.graphs import Graph
 
 

@@ -12,7 +12,6 @@ import pathlib
 from importlib.metadata import version
 
 import torch
-
 from codecstream.export.graphs import Graph
 
 
@@ -42,6 +41,9 @@ def write_pte(graph: Graph, exported: torch.export.ExportedProgram, path: pathli
     path.write_bytes(lowered.to_executorch().buffer)
     quantization = None
     if dtype == "int8":
-        quantization = "XNNPACK dynamic int8: per-channel int8 weights (linear, conv, transposed conv), int8 activations quantized per call"
+        quantization = (
+            "XNNPACK dynamic int8: per-channel int8 weights (linear, conv, transposed conv), "
+            "int8 activations quantized per call"
+        )
     versions = {name: version(name) for name in ("torch", "executorch", "torchao")}
     return {"runtime": "executorch", "versions": versions, "quantization": quantization}

@@ -61,7 +61,10 @@ def open_decoder(source: str | pathlib.Path, *, backend: str = "auto", threads: 
             )
         return EagerTorchDecoder(directory, threads)
     if backend == "torch":
-        raise DecoderLoadError(f"{directory}: the torch backend needs a checkpoint directory (model.safetensors), not an artifact directory")
+        raise DecoderLoadError(
+            f"{directory}: the torch backend needs a checkpoint directory (model.safetensors), "
+            "not an artifact directory"
+        )
     manifest = read_manifest(directory)
     chosen = _choose_format(directory, manifest, backend)
     return _open_artifact(directory, manifest, chosen, threads)
@@ -73,7 +76,9 @@ def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) ->
         if backend not in manifest.artifacts:
             raise DecoderLoadError(f"{directory} holds no {backend} artifact (it holds: {', '.join(held) or 'none'})")
         if not installed(backend):
-            raise DecoderLoadError(f"the {backend} runtime is not installed: pip install 'codecstream-client[{EXTRAS[backend]}]'")
+            raise DecoderLoadError(
+                f"the {backend} runtime is not installed: pip install 'codecstream-client[{EXTRAS[backend]}]'"
+            )
         return backend
     if not held:
         raise DecoderLoadError(f"{directory / MANIFEST_FILE} lists no artifact files")
@@ -81,7 +86,9 @@ def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) ->
         if installed(fmt):
             return fmt
     extras = " or ".join(f"'codecstream-client[{EXTRAS[fmt]}]'" for fmt in held)
-    raise DecoderLoadError(f"{directory} holds {', '.join(held)} artifacts but no runtime for them is installed: pip install {extras}")
+    raise DecoderLoadError(
+        f"{directory} holds {', '.join(held)} artifacts but no runtime for them is installed: pip install {extras}"
+    )
 
 
 def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, threads: int | None) -> LoadedDecoder:
@@ -89,7 +96,10 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
     known = qwen3_tts_12hz_spec(codec.decoder_digest)
     differences = spec_differences(known, codec)
     if differences:
-        raise DecoderLoadError(f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} ({'; '.join(differences)})")
+        raise DecoderLoadError(
+            f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} "
+            f"({'; '.join(differences)})"
+        )
     path = verified_artifact_path(directory, manifest.artifacts[fmt])
     program = _load_program(fmt, path, manifest, threads)
     entry = manifest.artifacts[fmt]

@@ -11,7 +11,6 @@ the output equal to the eager windowed decoder's.
 from __future__ import annotations
 
 import numpy as np
-
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.manifest import Manifest
 from codecstream.client.runtimes.program import Program
@@ -49,7 +48,9 @@ class WindowedArtifactDecoder(LoadedDecoder):
         padding = np.zeros((pad, self.codec.num_codebooks), dtype=np.int64)
         context = np.concatenate([padding, self._context])
         program = self._program
-        (pcm,) = program.run([program.tensor(context[None]), program.tensor(codes[None]), program.tensor(np.array([pad]))])
+        (pcm,) = program.run(
+            [program.tensor(context[None]), program.tensor(codes[None]), program.tensor(np.array([pad]))]
+        )
         self._remember(codes)
         return program.samples(pcm)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import abc
 
 import numpy as np
-
 from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.decoding import FrameDecoder
 from codecstream.v1 import codec_pb2
@@ -24,8 +23,16 @@ class LoadedDecoder(FrameDecoder):
     inputs) and `description` (one line for users).
     """
 
-    def __init__(self, *, codec: codec_pb2.CodecSpec, backend: str, mode: str, dtype: str,
-                 max_chunk_frames: int, description: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        codec: codec_pb2.CodecSpec,
+        backend: str,
+        mode: str,
+        dtype: str,
+        max_chunk_frames: int,
+        description: str,
+    ) -> None:
         self.codec = codec
         self.backend = backend
         self.mode = mode

@@ -154,7 +154,9 @@ class Manifest:
     def from_json(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
         version = data.get("manifest_version")
         if version != MANIFEST_VERSION:
-            raise DecoderLoadError(f"{where}: manifest_version is {version!r}, this client reads version {MANIFEST_VERSION}")
+            raise DecoderLoadError(
+                f"{where}: manifest_version is {version!r}, this client reads version {MANIFEST_VERSION}"
+            )
         try:
             codec = {field: data["codec"][field] for field in CODEC_SPEC_FIELDS}
             manifest = cls(
@@ -179,7 +181,9 @@ class Manifest:
             raise DecoderLoadError(f"{where}: a windowed manifest needs a 'window' entry")
         unknown = sorted(set(manifest.artifacts) - set(FORMATS))
         if unknown:
-            raise DecoderLoadError(f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}")
+            raise DecoderLoadError(
+                f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}"
+            )
         return manifest
 
 

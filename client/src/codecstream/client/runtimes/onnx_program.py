@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 
@@ -40,14 +39,16 @@ class OnnxProgram(Program):
         provider = self._session.get_providers()[0].removesuffix("ExecutionProvider")
         self.runtime = f"onnxruntime {ort.__version__} ({provider})"
         bounds = dimension_bounds(manifest)
-        for kind, specs, found in (("inputs", manifest.inputs, self._session.get_inputs()),
-                                   ("outputs", manifest.outputs, self._session.get_outputs())):  # fmt: skip
+        for kind, specs, found in (
+            ("inputs", manifest.inputs, self._session.get_inputs()),
+            ("outputs", manifest.outputs, self._session.get_outputs()),
+        ):
             actual = [(t.name, tuple(t.shape), _ONNX_TYPES.get(t.type, t.type)) for t in found]
             check_signature(str(path), kind, specs, actual, bounds)
         self._names = [spec.name for spec in manifest.inputs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        return self._session.run(None, dict(zip(self._names, inputs)))
+        return self._session.run(None, dict(zip(self._names, inputs, strict=True)))
 
     def tensor(self, array: np.ndarray) -> Any:
         return np.ascontiguousarray(array, dtype=np.int64)

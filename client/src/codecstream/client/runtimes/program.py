@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 
@@ -40,8 +39,13 @@ class Program(abc.ABC):
         """The (1, n) PCM output as an (n,) float32 numpy array."""
 
 
-def check_signature(where: str, kind: str, expected: Sequence[TensorSpec],
-                    actual: Sequence[tuple[str | None, tuple, str]], bounds: dict[str, int]) -> None:  # fmt: skip
+def check_signature(
+    where: str,
+    kind: str,
+    expected: Sequence[TensorSpec],
+    actual: Sequence[tuple[str | None, tuple, str]],
+    bounds: dict[str, int],
+) -> None:
     """Raise DecoderLoadError unless the graph's inputs or outputs (`kind`) are the manifest's.
 
     `actual` holds (name or None, shape, dtype) per tensor; a dimension the manifest names is
@@ -50,17 +54,22 @@ def check_signature(where: str, kind: str, expected: Sequence[TensorSpec],
     """
     if len(actual) != len(expected):
         raise DecoderLoadError(
-            f"{where} does not match its manifest: the graph has {len(actual)} {kind}, the manifest lists {len(expected)}"
+            f"{where} does not match its manifest: the graph has {len(actual)} {kind}, "
+            f"the manifest lists {len(expected)}"
         )
-    for index, (spec, (name, shape, dtype)) in enumerate(zip(expected, actual)):
+    for index, (spec, (name, shape, dtype)) in enumerate(zip(expected, actual, strict=True)):
         label = f"{kind[:-1]} {index} ({spec.name})"
         if name is not None and name != spec.name:
             raise DecoderLoadError(f"{where} does not match its manifest: {label} is named {name!r} in the graph")
         if dtype != spec.dtype:
-            raise DecoderLoadError(f"{where} does not match its manifest: {label} is {dtype} in the graph, manifest says {spec.dtype}")
+            raise DecoderLoadError(
+                f"{where} does not match its manifest: {label} is {dtype} in the graph, manifest says {spec.dtype}"
+            )
         wanted = [dim if isinstance(dim, int) else bounds.get(dim) for dim in spec.shape]
         same_rank = len(shape) == len(wanted)
-        if not same_rank or any(isinstance(a, int) and w is not None and a != w for a, w in zip(shape, wanted)):
+        if not same_rank or any(
+            isinstance(a, int) and w is not None and a != w for a, w in zip(shape, wanted, strict=True)
+        ):
             raise DecoderLoadError(
                 f"{where} does not match its manifest: {label} has shape {list(shape)} in the graph, "
                 f"manifest says {list(spec.shape)}"
@@ -69,8 +78,11 @@ def check_signature(where: str, kind: str, expected: Sequence[TensorSpec],
 
 def dimension_bounds(manifest: Manifest) -> dict[str, int]:
     """Upper bounds of the named dimensions, as ExecuTorch reports them for memory planning."""
-    bounds = {"frames": manifest.max_chunk_frames, f"frames*{manifest.codec['samples_per_frame']}":
-              manifest.max_chunk_frames * manifest.codec["samples_per_frame"]}  # fmt: skip
+    bounds = {
+        "frames": manifest.max_chunk_frames,
+        f"frames*{manifest.codec['samples_per_frame']}": manifest.max_chunk_frames
+        * manifest.codec["samples_per_frame"],
+    }
     if manifest.window:
         bounds["context_frames"] = manifest.window.context_frames
     return bounds

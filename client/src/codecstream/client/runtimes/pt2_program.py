@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 
@@ -54,7 +53,9 @@ def _describe(value) -> tuple[None, tuple, str]:
 
 def _user_inputs(exported) -> list[tuple[None, tuple, str]]:
     names = set(exported.graph_signature.user_inputs)
-    return [_describe(node.meta["val"]) for node in exported.graph.nodes if node.op == "placeholder" and node.name in names]
+    return [
+        _describe(node.meta["val"]) for node in exported.graph.nodes if node.op == "placeholder" and node.name in names
+    ]
 
 
 def _user_outputs(exported) -> list[tuple[None, tuple, str]]:

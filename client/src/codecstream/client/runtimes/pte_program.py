@@ -8,12 +8,11 @@ them out.
 from __future__ import annotations
 
 import pathlib
-from importlib.metadata import version
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
-
 from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 
@@ -37,9 +36,14 @@ class PteProgram(Program):
         self._method = program.load_method("forward")
         meta = program.metadata("forward")
         bounds = dimension_bounds(manifest)
-        for kind, specs, count, info in (("inputs", manifest.inputs, meta.num_inputs(), meta.input_tensor_meta),
-                                         ("outputs", manifest.outputs, meta.num_outputs(), meta.output_tensor_meta)):  # fmt: skip
-            actual = [(None, tuple(info(i).sizes()), _SCALAR_TYPES.get(info(i).dtype(), str(info(i).dtype()))) for i in range(count)]
+        for kind, specs, count, info in (
+            ("inputs", manifest.inputs, meta.num_inputs(), meta.input_tensor_meta),
+            ("outputs", manifest.outputs, meta.num_outputs(), meta.output_tensor_meta),
+        ):
+            actual = [
+                (None, tuple(info(i).sizes()), _SCALAR_TYPES.get(info(i).dtype(), str(info(i).dtype())))
+                for i in range(count)
+            ]
             check_signature(str(path), kind, specs, actual, bounds)
         self.runtime = f"executorch {version('executorch')} (XNNPACK)"
 

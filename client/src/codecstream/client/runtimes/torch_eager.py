@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
-
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.program import missing_runtime
@@ -20,15 +19,16 @@ from codecstream.protocol.digest import DigestError, decoder_digest
 
 
 def looks_like_checkpoint(directory: pathlib.Path) -> bool:
-    return any((directory / name).is_file() for name in ("model.safetensors", "speech_tokenizer/model.safetensors",
-                                                          "model.safetensors.index.json"))  # fmt: skip
+    return any(
+        (directory / name).is_file()
+        for name in ("model.safetensors", "speech_tokenizer/model.safetensors", "model.safetensors.index.json")
+    )
 
 
 class EagerTorchDecoder(LoadedDecoder):
     def __init__(self, directory: pathlib.Path, threads: int | None) -> None:
         try:
             import torch
-
             from codecstream.decoder import CheckpointError, StatefulDecoder, load_decoder
         except ImportError as error:
             raise missing_runtime("the eager torch decoder (torch, codecstream-decoder)", "torch", error) from None
@@ -41,12 +41,23 @@ class EagerTorchDecoder(LoadedDecoder):
             raise DecoderLoadError(str(error)) from None
         codec = qwen3_tts_12hz_spec(digest)
         config = model.config
-        found = {"num_codebooks": config.num_quantizers, "codebook_size": config.codebook_size,
-                 "sample_rate_hz": config.sample_rate, "samples_per_frame": config.samples_per_frame,
-                 "decoder_left_context_frames": config.sliding_window}  # fmt: skip
-        differences = [f"{name} {value} (expected {getattr(codec, name)})" for name, value in found.items() if value != getattr(codec, name)]
+        found = {
+            "num_codebooks": config.num_quantizers,
+            "codebook_size": config.codebook_size,
+            "sample_rate_hz": config.sample_rate,
+            "samples_per_frame": config.samples_per_frame,
+            "decoder_left_context_frames": config.sliding_window,
+        }
+        differences = [
+            f"{name} {value} (expected {getattr(codec, name)})"
+            for name, value in found.items()
+            if value != getattr(codec, name)
+        ]
         if differences:
-            raise DecoderLoadError(f"{directory}: codec mismatch: not a {codec.codec_name} {codec.codec_version} decoder: {', '.join(differences)}")
+            raise DecoderLoadError(
+                f"{directory}: codec mismatch: not a {codec.codec_name} {codec.codec_version} decoder: "
+                f"{', '.join(differences)}"
+            )
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         super().__init__(
             codec=codec,
@@ -54,7 +65,8 @@ class EagerTorchDecoder(LoadedDecoder):
             mode="stateful",
             dtype="fp32",
             max_chunk_frames=MAX_CHUNK_FRAMES,
-            description=f"stateful fp32 eager torch {torch.__version__} on {device.type} from {directory} ({digest[:19]}…)",
+            description=f"stateful fp32 eager torch {torch.__version__} on {device.type} "
+            f"from {directory} ({digest[:19]}…)",
         )
 
         class OnDevice(StatefulDecoder):
