@@ -24,7 +24,7 @@ from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_difference
 
 BACKENDS = ("auto", "onnx", "pte", "pt2", "torch")
 #: Artifact formats in the order "auto" prefers them: ONNX Runtime needs no torch, and had the
-#: fastest load, the lowest first-chunk latency and the smallest memory here (docs/export.md).
+#: fastest load, the lowest fp32 first-chunk latency and the smallest memory here (docs/export.md).
 PREFERENCE = ("onnx", "pte", "pt2")
 #: The module each backend needs importable, and the extra that installs it.
 RUNTIME_MODULES = {"onnx": "onnxruntime", "pte": "executorch.runtime", "pt2": "torch", "torch": "codecstream.decoder"}
