@@ -2,11 +2,13 @@
 
 `parity` is a group: its checks register through the `codecstream.parity` entry-point group, each
 a function `register(subparsers)` that adds one sub-parser with `handler(args) -> int` (exactly
-like `codecstream.commands`). This distribution registers `parity decoder`; another one adds, say,
-`parity e2e` by declaring
+like `codecstream.commands`). This distribution registers `parity decoder` and `parity e2e` that
+way, and any other distribution can add a check beside them by declaring, for example,
 
     [project.entry-points."codecstream.parity"]
-    e2e = "codecstream.client.parity_e2e:register"
+    loudness = "mypackage.parity_loudness:register"
+
+`register_parity` also returns the group's sub-parsers, for callers that build the parser themselves.
 
 Exit status of the parity checks: 0 at or above the threshold, 1 below it, 2 when the check could
 not run (bad arguments, unreadable artifact, checkpoint or codes, missing runtime).
