@@ -95,7 +95,9 @@ def worker(args: argparse.Namespace) -> None:
             "calls": calls,
             "median_ms": round(median * 1000, 2),
             "p90_ms": round(float(np.percentile(times, 90)) * 1000, 2),
+            "min_ms": round(min(times) * 1000, 2),
             "rtf": round(median / (chunk * FRAME_SECONDS), 4),
+            "rtf_best_call": round(min(times) / (chunk * FRAME_SECONDS), 4),
             # CPU seconds of all the process's threads per call: unlike wall time, not inflated by
             # other processes on the shared cores (wall ~ cpu / threads when the cores are free).
             "median_cpu_ms": round(float(np.median(cpu_times)) * 1000, 2),

@@ -12,9 +12,15 @@ RSS belongs to one mode:
     RTF (median chunk time / chunk audio duration), first-chunk latency of a fresh stream (after a
     warm-up stream, as a client that warms its decoder at start-up sees it), peak RSS, and SNR /
     max abs error of the streamed audio against the full decode;
-  - the very first 2-frame chunk of a cold process (no warm-up) for the stateful decoder.
+  - the very first 2-frame chunk of a cold process (no warm-up) for the stateful decoder;
+  - the backend axis (`--backends`, default all): the stateful decoder as each client runtime runs
+    it (eager torch, .pt2, .pte, .onnx and the quantized artifacts), exported from a real-size
+    checkpoint under .cache/artifact_bench/ when missing: load time, first 2-frame chunk, RTF per
+    C, artifact size, peak RSS, parity. The worker is benchmarks/artifact_bench.py's, which runs
+    this axis alone.
 Writes benchmarks/results/decode_bench.json (machine, threads, versions, exact command) and
-decode_bench.png (RTF per mode against C). Progress goes to stderr as it runs.
+decode_bench.png (RTF per mode against C) and decode_bench_backends.png (RTF per backend
+against C, first 2-frame chunk per backend). Progress goes to stderr as it runs.
 """
 
 from __future__ import annotations
@@ -63,6 +69,31 @@ def cpu_pressure() -> float | None:
     except (OSError, IndexError):
         return None
     return float(first.split("avg10=")[1].split()[0])
+
+
+def machine_speed() -> dict:
+    """This machine's speed right now: fp32 GEMM throughput and memory read bandwidth, best of a few.
+
+    The cores are shared with other tenants of the host, and decode times move with them (up to 2x
+    between runs at the same load average); recording this next to each timing lets a reader tell
+    a slower decoder from a slower machine.
+    """
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    big = torch.randn(64 * 1024 * 1024)
+    gemm, read = [], []
+    for _ in range(10):
+        start = time.perf_counter()
+        a @ b
+        gemm.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        big.sum()
+        read.append(time.perf_counter() - start)
+    return {
+        "gemm_fp32_gflops": round(2 * 1024**3 / min(gemm) / 1e9, 1),
+        "memory_read_gb_per_s": round(big.numel() * 4 / min(read) / 1e9, 1),
+    }
 
 
 def bench_codes(frames: int) -> np.ndarray:
@@ -157,13 +188,15 @@ def worker_stream(args) -> dict:
             "calls": len(times),
             "ms_per_chunk_median": round(median * 1000, 2),
             "ms_per_chunk_p90": round(float(np.percentile(times, 90)) * 1000, 2),
+            "ms_per_chunk_min": round(min(times) * 1000, 2),
             "rtf": round(median / (chunk * FRAME_SECONDS), 4),
+            "rtf_best_call": round(min(times) / (chunk * FRAME_SECONDS), 4),
             "first_chunk_ms": round(first * 1000, 1),
             "cpu_pressure_avg10_after": cpu_pressure(),
             **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 :][: frames * 1920], streamed).items()},
         }
         log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
-    out = {"chunks": results, "peak_rss_mb": round(peak_rss_mb(), 1)}
+    out = {"chunks": results, "peak_rss_mb": round(peak_rss_mb(), 1), "machine_speed_after": machine_speed()}
     if cold is not None:
         out["cold_process_first_2_frame_chunk_ms"] = cold
     return out
@@ -269,6 +302,30 @@ def plot(results: dict, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def artifact_bench():
+    """The backend-axis worker module beside this script (benchmarks/ is not a package)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import artifact_bench as module
+
+    return module
+
+
+def measure_backend(name: str, args) -> dict:
+    """One client runtime in a fresh process, on artifacts exported once under .cache/artifact_bench/."""
+    bench = artifact_bench()
+    bench.CACHE.mkdir(parents=True, exist_ok=True)
+    checkpoint = bench.ensure_checkpoint()
+    reference = bench.ensure_reference(checkpoint)
+    source, export_s = bench.ensure_artifact(checkpoint, name, max(args.chunks))
+    row = bench.run_worker(name, source, reference, args)
+    row["artifact_mb"] = bench.artifact_size_mb(source, name)
+    row["cpu_pressure_avg10_after"] = cpu_pressure()
+    row["machine_speed_after"] = machine_speed()
+    if export_s is not None:
+        row["export_s"] = export_s
+    return row
+
+
 def drive(args) -> None:
     cache = REPO / ".cache" / "decode_bench"
     scratch = cache / "scratch"
@@ -280,6 +337,7 @@ def drive(args) -> None:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "threads": args.threads,
         "machine": machine(),
+        "machine_speed_at_start": machine_speed(),
         "versions": versions(),
         "precision": "fp32, eager PyTorch",
         "checkpoint": "random weights, real size (114.3 M parameters), seed 0; codes uniform random, seed 1234",
@@ -292,8 +350,14 @@ def drive(args) -> None:
             "activations).",
             "cpu_pressure_avg10_after is /proc/pressure/cpu 'some avg10' (percent of time tasks waited for a CPU) "
             "right after a timing: other processes on this shared 2-core machine; high values mean inflated times.",
+            "machine_speed* is fp32 GEMM GFLOP/s and memory read GB/s measured beside the timings: the host's other "
+            "tenants slow these cores without showing in the load average; rtf_best_call uses the fastest call.",
             "vs_full_* compares the streamed audio with one full-utterance forward over the same frames; "
             "stateful_over_utterance decodes the whole utterance with the given chunking (last size repeats).",
+            "backends: the stateful decoder through each client runtime (codecstream.client.runtimes.open_decoder), "
+            "timed over a stream of calls that carries the state; rtf per C as above, first_chunk_2_frames_ms after "
+            "a reset, parity_snr_db against the fp32 full decode over 100 frames streamed in the 2,4,8,16,25 ramp; "
+            "median_cpu_ms counts all threads' CPU time per call (not inflated by other processes).",
         ],
         "modes": {},
         "parity": {},
@@ -308,6 +372,8 @@ def drive(args) -> None:
         out.write_text(json.dumps(results, indent=2) + "\n")
         if "full" in results["modes"]:
             plot(results, out.with_suffix(".png"))
+        if results.get("backends"):
+            artifact_bench().plot(results, out.with_name(out.stem + "_backends.png"))
 
     def bases(init: str) -> list[str]:
         checkpoint = ensure_checkpoint(cache, init)
@@ -345,6 +411,12 @@ def drive(args) -> None:
             block.append(measured)
             log(f"{init}: stateful over the utterance {measured}")
 
+    def backend_step(name: str) -> None:
+        log(f"backend {name}: exporting if needed, then measuring (load average {os.getloadavg()[0]:.2f})")
+        row = measure_backend(name, args)
+        results.setdefault("backends", []).append(row)
+        log(f"backend {name}: {row}")
+
     # In order of importance, so that a run on a busy machine records the essentials first; the
     # stressed init is there for parity (the window's error), the mild one for timings too.
     ramps = [[1, 2, 4, 8, 16, 25], [2, 4, 8, 16, 25]]
@@ -360,6 +432,7 @@ def drive(args) -> None:
     ]
     if "stressed" not in args.inits:
         steps = [steps[0], steps[1], steps[2], steps[6], steps[7]]
+    steps += [lambda name=name: backend_step(name) for name in args.backends]
     for step in steps:
         step()
         save()
@@ -388,6 +461,7 @@ def remeasure(args) -> None:
     previous = results["modes"].get(args.remeasure, {"chunks": {}})
     previous["chunks"].update(measured["chunks"])
     previous["peak_rss_mb"] = max(previous.get("peak_rss_mb", 0), measured["peak_rss_mb"])
+    previous["machine_speed_after"] = measured["machine_speed_after"]
     if "cold_process_first_2_frame_chunk_ms" in measured:
         previous["cold_process_first_2_frame_chunk_ms"] = measured["cold_process_first_2_frame_chunk_ms"]
     results["modes"][args.remeasure] = previous
@@ -410,6 +484,12 @@ def main() -> None:
     parser.add_argument("--windowed-frames", type=int, default=48)
     parser.add_argument("--min-calls", type=int, default=24, help="at least this many chunks per timing")
     parser.add_argument("--plain-calls", type=int, default=6)
+    parser.add_argument(
+        "--backends",
+        type=lambda text: [] if text == "none" else text.split(","),
+        default=["eager", "pt2", "pte", "onnx", "onnx-int8", "pte-int8", "pt2-bf16"],
+        help="comma-separated client runtimes for the backend axis, or 'none' (default: all)",
+    )
     parser.add_argument("--quick", action="store_true", help="a short run to check the script")
     parser.add_argument("--remeasure", choices=STREAM_MODES, help="time one mode again into the existing --out file")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decode_bench.json"))
@@ -420,6 +500,9 @@ def main() -> None:
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--mode-frames", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = sorted(set(args.backends) - set(artifact_bench().BACKENDS))
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(artifact_bench().BACKENDS)}")
 
     import torch
 
@@ -432,7 +515,7 @@ def main() -> None:
         return
     if args.quick:
         args.frames, args.stateful_frames, args.windowed_frames, args.min_calls, args.plain_calls = 120, 8, 8, 4, 2
-        args.chunks, args.inits = [2, 8], ["mild"]
+        args.chunks, args.inits, args.backends = [2, 8], ["mild"], ["eager"]
         args.out = str(REPO / ".cache" / "decode_bench" / "quick.json")
     drive(args)
 

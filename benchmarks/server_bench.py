@@ -24,7 +24,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
 
@@ -70,9 +69,9 @@ class ReplayServerProcess:
         save_codes_file(folder / "codes.npy", codes)
         port_file = folder / "port"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(folder / "codes.npy"), "--replay-fps", str(fps),
-             "--port", "0", "--port-file", str(port_file), "--max-streams", str(max_streams), "--log-level", "WARNING",
-             "--resume-window", "0"],
+            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(folder / "codes.npy"),
+             "--replay-fps", str(fps), "--port", "0", "--port-file", str(port_file),
+             "--max-streams", str(max_streams), "--log-level", "WARNING", "--resume-window", "0"],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 60
@@ -153,7 +152,13 @@ def bench_grpc(args: argparse.Namespace) -> dict:
             flush=True,
         )
         results.append(entry)
-    return {"part": "grpc", "machine": machine(), "frames_per_stream": args.frames, "chunking": args.chunking, "runs": results}
+    return {
+        "part": "grpc",
+        "machine": machine(),
+        "frames_per_stream": args.frames,
+        "chunking": args.chunking,
+        "runs": results,
+    }
 
 
 def plot_grpc(report: dict, path: pathlib.Path) -> None:

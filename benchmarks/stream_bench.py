@@ -24,7 +24,6 @@ import threading
 import time
 
 import numpy as np
-
 from codecstream.client import Client
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import open_decoder
@@ -127,7 +126,10 @@ def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, 
 
 def run_clients(target: str, decoder_dir: pathlib.Path, backend: str, text: str, clients: int) -> list[dict]:
     results = [{} for _ in range(clients)]
-    threads = [threading.Thread(target=one_stream, args=(target, decoder_dir, backend, text, i, results[i])) for i in range(clients)]
+    threads = [
+        threading.Thread(target=one_stream, args=(target, decoder_dir, backend, text, i, results[i]))
+        for i in range(clients)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -152,10 +154,16 @@ def plot_timeline(report: dict, path: pathlib.Path) -> None:
 
     runs = report["runs"]
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.8 * len(runs)), squeeze=False)
-    for axis, run in zip(axes[:, 0], runs):
+    for axis, run in zip(axes[:, 0], runs, strict=True):
         for index, stream in enumerate(run["streams"]):
             for chunk in stream["chunks"]:
-                axis.barh(index, chunk["decoded_ms"] - chunk["arrived_ms"], left=chunk["arrived_ms"], height=0.5, color="tab:orange")
+                axis.barh(
+                    index,
+                    chunk["decoded_ms"] - chunk["arrived_ms"],
+                    left=chunk["arrived_ms"],
+                    height=0.5,
+                    color="tab:orange",
+                )
                 axis.plot(chunk["arrived_ms"], index, "|", color="tab:blue", markersize=12)
             axis.plot(stream["server_time_to_first_frame_ms"], index, "v", color="tab:green")
             axis.plot(stream["playback_start_ms"], index, "*", color="tab:red", markersize=10)
@@ -171,7 +179,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--talker", default="tiny", choices=["tiny", "0.6b"])
     parser.add_argument("--decoder-size", default="real", choices=["tiny", "real"])
-    parser.add_argument("--decoder", type=pathlib.Path, help="client decoder artifact (default: eager torch on the checkpoint)")
+    parser.add_argument(
+        "--decoder", type=pathlib.Path, help="client decoder artifact (default: eager torch on the checkpoint)"
+    )
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--text", default="Codec tokens cross the network; the audio is made on the device.")
@@ -197,8 +207,13 @@ def main() -> int:
         "talker": args.talker,
         "decoder_size": args.decoder_size,
         "server_startup_s": server.startup_s,
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "client_decode_threads": 1, "python": platform.python_version(),
-                    "load_average_1m_at_end": os.getloadavg()[0]},
+        "machine": {
+            "cpu": _cpu(),
+            "cores": os.cpu_count(),
+            "client_decode_threads": 1,
+            "python": platform.python_version(),
+            "load_average_1m_at_end": os.getloadavg()[0],
+        },
         "command": " ".join(["python", *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": runs,
