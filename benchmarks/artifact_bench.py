@@ -1,5 +1,8 @@
 """Client decode speed per backend: eager torch, .pt2, .pte, .onnx and the quantized artifacts.
 
+This is the backend axis of benchmarks/decode_bench.py (which runs it with the eager modes and
+keeps it in decode_bench.json); run it alone when only the runtimes changed.
+
 Real-size random weights (preset "real": it costs what the released decoder costs), stateful mode,
 a fixed number of CPU threads, chunk sizes C in {1, 2, 4, 8, 16, 25}. Per backend, in a fresh
 process each (so peak RSS is that backend's): load time, the first 2-frame chunk after loading

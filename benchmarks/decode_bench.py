@@ -442,13 +442,38 @@ def drive(args) -> None:
 
 
 def remeasure(args) -> None:
-    """Measure one streaming mode again (mild init) and replace it in an existing result file.
+    """Measure one streaming mode (mild init) or the backend axis again, replacing it in an existing record.
 
     For a run whose timings were disturbed by other load on the machine: the command is added
     to the file's `commands`, so the record says which numbers came from which run.
     """
     out = Path(args.out)
     results = json.loads(out.read_text())
+    if args.remeasure == "backends":
+        remeasure_backends(args, results)
+    else:
+        remeasure_mode(args, results)
+    results.setdefault("commands", [results["command"]]).append(
+        " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+        + f"  # {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average {list(os.getloadavg())}"
+    )
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, out.with_suffix(".png"))
+    if results.get("backends"):
+        artifact_bench().plot(results, out.with_name(out.stem + "_backends.png"))
+    log(f"updated {out}")
+
+
+def remeasure_backends(args, results: dict) -> None:
+    rows = {row["backend"]: row for row in results.get("backends", [])}
+    for name in args.backends:
+        log(f"re-measuring backend {name} (load average {os.getloadavg()[0]:.2f})")
+        rows[name] = measure_backend(name, args)
+        log(f"backend {name}: {rows[name]}")
+    results["backends"] = list(rows.values())
+
+
+def remeasure_mode(args, results: dict) -> None:
     cache = REPO / ".cache" / "decode_bench"
     checkpoint = ensure_checkpoint(cache, "mild")
     base = ["--checkpoint", str(checkpoint), "--scratch", str(cache / "scratch"), "--init", "mild",
@@ -465,13 +490,6 @@ def remeasure(args) -> None:
     if "cold_process_first_2_frame_chunk_ms" in measured:
         previous["cold_process_first_2_frame_chunk_ms"] = measured["cold_process_first_2_frame_chunk_ms"]
     results["modes"][args.remeasure] = previous
-    results.setdefault("commands", [results["command"]]).append(
-        " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
-        + f"  # {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average {list(os.getloadavg())}"
-    )
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out.with_suffix(".png"))
-    log(f"updated {out}")
 
 
 def main() -> None:
@@ -491,7 +509,11 @@ def main() -> None:
         help="comma-separated client runtimes for the backend axis, or 'none' (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="a short run to check the script")
-    parser.add_argument("--remeasure", choices=STREAM_MODES, help="time one mode again into the existing --out file")
+    parser.add_argument(
+        "--remeasure",
+        choices=[*STREAM_MODES, "backends"],
+        help="time one mode (or the --backends) again into the existing --out file",
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decode_bench.json"))
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
