@@ -69,7 +69,7 @@ def worker(args: argparse.Namespace) -> None:
     from codecstream.client.runtimes import open_decoder
 
     fmt, _ = BACKENDS[args.worker]
-    decoder = open_decoder(args.source, backend=fmt, threads=args.threads)
+    decoder = open_decoder(args.source, backend=fmt, threads=args.threads, warm_up=False)
     load_s = time.perf_counter() - started
     result: dict = {"backend": args.worker, "description": decoder.description, "load_s": round(load_s, 3)}
 

@@ -7,6 +7,7 @@ PCM, playback start, per-chunk arrival and decode times, stall time, decode RTF,
 per second of audio. Writes JSON and a PNG timeline under benchmarks/results/.
 
     .venv/bin/python benchmarks/stream_bench.py                      # tiny talker, real-size decoder
+    .venv/bin/python benchmarks/stream_bench.py --export onnx        # clients run an exported artifact
     .venv/bin/python benchmarks/stream_bench.py --decoder-size tiny --clients 1   # quick run
 """
 
@@ -88,6 +89,19 @@ class SimulatedSpeaker(threading.Thread):
                 self.playback_start_s = time.monotonic() - self.epoch
             due += BLOCK_S
             time.sleep(max(0.0, due - time.monotonic()))
+
+
+def export_decoder(checkpoint: pathlib.Path, fmt: str) -> pathlib.Path:
+    """The checkpoint's stateful fp32 decoder exported once to `fmt`, as a client would ship it."""
+    out = CACHE / "artifacts" / f"{checkpoint.name}-stateful-fp32-{fmt}"
+    if not (out / "manifest.json").exists():
+        print(f"exporting {checkpoint.name}'s decoder to {fmt} under {out} ...", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "codecstream.client.cli", "export-decoder", str(checkpoint / "speech_tokenizer"),
+             "--format", fmt, "--mode", "stateful", "--out", str(out)],
+            check=True,
+        )  # fmt: skip
+    return out
 
 
 def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, seed: int, result: dict) -> None:
@@ -183,6 +197,9 @@ def main() -> int:
         "--decoder", type=pathlib.Path, help="client decoder artifact (default: eager torch on the checkpoint)"
     )
     parser.add_argument("--backend", default="auto")
+    parser.add_argument(
+        "--export", choices=["onnx", "pt2", "pte"], help="export the checkpoint's decoder to this format and use it"
+    )
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--text", default="Codec tokens cross the network; the audio is made on the device.")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "stream_bench.json")
@@ -192,6 +209,8 @@ def main() -> int:
     torch.set_num_threads(1)
     checkpoint = build_checkpoint(args.talker, args.decoder_size)
     decoder_dir = args.decoder or checkpoint / "speech_tokenizer"
+    if args.export:
+        decoder_dir, args.backend = export_decoder(checkpoint, args.export), args.export
     server = ServerProcess(checkpoint)
     runs = []
     try:

@@ -40,14 +40,26 @@ def installed(backend: str) -> bool:
         return False
 
 
-def open_decoder(source: str | pathlib.Path, *, backend: str = "auto", threads: int | None = None) -> LoadedDecoder:
+def open_decoder(
+    source: str | pathlib.Path, *, backend: str = "auto", threads: int | None = None, warm_up: bool = True
+) -> LoadedDecoder:
     """Open an artifact directory (with manifest.json) or a checkpoint directory (eager torch).
 
     `backend`: "auto" (what the directory holds and what is installed; ONNX Runtime first, then
     ExecuTorch, then .pt2), "onnx", "pte", "pt2" or "torch". `threads`: CPU threads for the
     runtime (torch and ExecuTorch apply it process-wide); None keeps the runtime's default.
-    Raises DecoderLoadError with the reason and, for a missing runtime, the extra to install.
+    `warm_up`: run one silent 2-frame chunk before returning (`LoadedDecoder.warm_up`), so that
+    the first stream's first chunk costs what every later one does; benchmarks of cold start
+    turn it off. Raises DecoderLoadError with the reason and, for a missing runtime, the extra
+    to install.
     """
+    decoder = _open(source, backend, threads)
+    if warm_up:
+        decoder.warm_up()
+    return decoder
+
+
+def _open(source: str | pathlib.Path, backend: str, threads: int | None) -> LoadedDecoder:
     if backend not in BACKENDS:
         raise DecoderLoadError(f"unknown decoder backend {backend!r}, expected one of {', '.join(BACKENDS)}")
     directory = pathlib.Path(source)

@@ -52,6 +52,18 @@ class LoadedDecoder(FrameDecoder):
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
+    def warm_up(self, frames: int = 2) -> None:
+        """Decode `frames` silent frames once and reset, so that a stream's first chunk is not a cold call.
+
+        A runtime's first call allocates its buffers and builds its kernels for the shape; measured
+        at real size here, that adds 35-350 ms to the first chunk (decode_bench.json: `backends`,
+        first_chunk_2_frames_cold_ms against first_chunk_2_frames_ms). 2 frames is the chunk
+        schedule's first size.
+        """
+        self.reset()
+        self._decode_chunk(np.zeros((min(frames, self.max_chunk_frames), self.codec.num_codebooks), np.int64))
+        self.reset()
+
     def prime(self, codes: np.ndarray) -> None:
         codes = self._checked(codes)
         for piece in self._pieces(codes):
