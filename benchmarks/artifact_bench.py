@@ -67,6 +67,7 @@ def codes(frames: int, seed: int) -> np.ndarray:
 def worker(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     from codecstream.client.runtimes import open_decoder
+    from codecstream.export.metrics import snr_db
 
     fmt, _ = BACKENDS[args.worker]
     decoder = open_decoder(args.source, backend=fmt, threads=args.threads, warm_up=False)
@@ -113,7 +114,7 @@ def worker(args: argparse.Namespace) -> None:
     for size in _ramp(PARITY_FRAMES):
         pieces.append(decoder.decode(codes(PARITY_FRAMES, 9)[start : start + size]))
         start += size
-    result["parity_snr_db"] = round(_snr(reference, np.concatenate(pieces)), 2)
+    result["parity_snr_db"] = round(snr_db(reference, np.concatenate(pieces)), 2)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -122,11 +123,6 @@ def _ramp(frames: int) -> list[int]:
     from codecstream.protocol.chunking import ChunkSchedule
 
     return ChunkSchedule().split(frames)
-
-
-def _snr(reference: np.ndarray, other: np.ndarray) -> float:
-    noise = float(np.sum((reference.astype(np.float64) - other) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / noise)
 
 
 # -- driver ------------------------------------------------------------------------------------------
@@ -157,26 +153,19 @@ def ensure_artifact(checkpoint: pathlib.Path, backend: str, max_chunk: int) -> t
     directory = CACHE / "artifacts" / f"stateful-{dtype}-{fmt}"
     if (directory / "manifest.json").exists():
         return directory, None
-    command = [
-        sys.executable,
-        "-m",
-        "codecstream.client.cli",
-        "export-decoder",
-        str(checkpoint),
-        "--format",
-        fmt,
-        "--mode",
-        "stateful",
-        "--dtype",
-        dtype,
-        "--max-chunk-frames",
-        str(max_chunk),
-        "--out",
-        str(directory),
-    ]
     began = time.perf_counter()
-    subprocess.run(command, check=True)
+    export_artifact(checkpoint, directory, fmt, dtype, max_chunk)
     return directory, round(time.perf_counter() - began, 1)
+
+
+def export_artifact(
+    checkpoint: pathlib.Path, out: pathlib.Path, fmt: str, dtype: str = "fp32", max_chunk: int = 25
+) -> None:
+    """`codecstream export-decoder` of the stateful decoder, as a user runs it (its progress shows)."""
+    command = [sys.executable, "-m", "codecstream.client.cli", "export-decoder", str(checkpoint),
+               "--format", fmt, "--mode", "stateful", "--dtype", dtype,
+               "--max-chunk-frames", str(max_chunk), "--out", str(out)]  # fmt: skip
+    subprocess.run(command, check=True)
 
 
 def artifact_size_mb(directory: pathlib.Path, backend: str) -> float | None:

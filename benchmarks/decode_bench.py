@@ -37,6 +37,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
@@ -302,17 +303,9 @@ def plot(results: dict, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def artifact_bench():
-    """The backend-axis worker module beside this script (benchmarks/ is not a package)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import artifact_bench as module
-
-    return module
-
-
 def measure_backend(name: str, args) -> dict:
     """One client runtime in a fresh process, on artifacts exported once under .cache/artifact_bench/."""
-    bench = artifact_bench()
+    bench = artifact_bench
     bench.CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = bench.ensure_checkpoint()
     reference = bench.ensure_reference(checkpoint)
@@ -373,7 +366,7 @@ def drive(args) -> None:
         if "full" in results["modes"]:
             plot(results, out.with_suffix(".png"))
         if results.get("backends"):
-            artifact_bench().plot(results, out.with_name(out.stem + "_backends.png"))
+            artifact_bench.plot(results, out.with_name(out.stem + "_backends.png"))
 
     def bases(init: str) -> list[str]:
         checkpoint = ensure_checkpoint(cache, init)
@@ -460,7 +453,7 @@ def remeasure(args) -> None:
     out.write_text(json.dumps(results, indent=2) + "\n")
     plot(results, out.with_suffix(".png"))
     if results.get("backends"):
-        artifact_bench().plot(results, out.with_name(out.stem + "_backends.png"))
+        artifact_bench.plot(results, out.with_name(out.stem + "_backends.png"))
     log(f"updated {out}")
 
 
@@ -522,9 +515,9 @@ def main() -> None:
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--mode-frames", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    unknown = sorted(set(args.backends) - set(artifact_bench().BACKENDS))
+    unknown = sorted(set(args.backends) - set(artifact_bench.BACKENDS))
     if unknown:
-        parser.error(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(artifact_bench().BACKENDS)}")
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(artifact_bench.BACKENDS)}")
 
     import torch
 

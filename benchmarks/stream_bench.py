@@ -25,6 +25,7 @@ import threading
 import time
 
 import numpy as np
+from artifact_bench import export_artifact
 from codecstream.client import Client
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import open_decoder
@@ -96,11 +97,7 @@ def export_decoder(checkpoint: pathlib.Path, fmt: str) -> pathlib.Path:
     out = CACHE / "artifacts" / f"{checkpoint.name}-stateful-fp32-{fmt}"
     if not (out / "manifest.json").exists():
         print(f"exporting {checkpoint.name}'s decoder to {fmt} under {out} ...", flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "codecstream.client.cli", "export-decoder", str(checkpoint / "speech_tokenizer"),
-             "--format", fmt, "--mode", "stateful", "--out", str(out)],
-            check=True,
-        )  # fmt: skip
+        export_artifact(checkpoint / "speech_tokenizer", out, fmt)
     return out
 
 

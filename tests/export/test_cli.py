@@ -22,6 +22,11 @@ def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def run_parity_decoder(capsys, artifact, checkpoint, *args: str) -> tuple[int, str, str]:
+    command = ["parity", "decoder", "--artifact", str(artifact), "--checkpoint", str(checkpoint), *args]
+    return run_in_process(capsys, *command)
+
+
 def one_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     assert len(lines) == 1, text
@@ -128,14 +133,10 @@ def test_every_exported_manifest_records_what_the_client_needs(artifacts, tiny_c
 
 def test_parity_decoder_passes_and_writes_json_and_png(artifacts, tiny_checkpoint, tmp_path, capsys):
     out_json, out_png = tmp_path / "parity.json", tmp_path / "parity.png"
-    code, out, _ = run_in_process(
+    code, out, _ = run_parity_decoder(
         capsys,
-        "parity",
-        "decoder",
-        "--artifact",
-        str(artifacts[("onnx", "stateful", "fp32")]),
-        "--checkpoint",
-        str(tiny_checkpoint),
+        artifacts[("onnx", "stateful", "fp32")],
+        tiny_checkpoint,
         "--frames",
         "120",
         "--seed",
@@ -162,14 +163,10 @@ def test_parity_decoder_passes_and_writes_json_and_png(artifacts, tiny_checkpoin
 def test_parity_decoder_primes_the_reference_codes_of_a_codes_file(artifacts, tiny_checkpoint, tmp_path, capsys):
     codes_file = tmp_path / "clone.npz"
     save_codes_file(codes_file, random_codes(40, seed=2), reference_codes=random_codes(30, seed=3))
-    code, out, _ = run_in_process(
+    code, out, _ = run_parity_decoder(
         capsys,
-        "parity",
-        "decoder",
-        "--artifact",
-        str(artifacts[("pte", "stateful", "fp32")]),
-        "--checkpoint",
-        str(tiny_checkpoint),
+        artifacts[("pte", "stateful", "fp32")],
+        tiny_checkpoint,
         "--codes",
         str(codes_file),
         "--chunking",
@@ -180,14 +177,10 @@ def test_parity_decoder_primes_the_reference_codes_of_a_codes_file(artifacts, ti
 
 
 def test_parity_decoder_exits_1_below_the_threshold(artifacts, tiny_checkpoint, capsys):
-    code, out, _ = run_in_process(
+    code, out, _ = run_parity_decoder(
         capsys,
-        "parity",
-        "decoder",
-        "--artifact",
-        str(artifacts[("onnx", "stateful", "fp32")]),
-        "--checkpoint",
-        str(tiny_checkpoint),
+        artifacts[("onnx", "stateful", "fp32")],
+        tiny_checkpoint,
         "--frames",
         "30",
         "--threshold-db",
@@ -198,14 +191,10 @@ def test_parity_decoder_exits_1_below_the_threshold(artifacts, tiny_checkpoint, 
 
 
 def test_parity_decoder_refuses_a_checkpoint_with_other_weights(artifacts, other_checkpoint, capsys):
-    code, _, err = run_in_process(
+    code, _, err = run_parity_decoder(
         capsys,
-        "parity",
-        "decoder",
-        "--artifact",
-        str(artifacts[("onnx", "stateful", "fp32")]),
-        "--checkpoint",
-        str(other_checkpoint),
+        artifacts[("onnx", "stateful", "fp32")],
+        other_checkpoint,
         "--frames",
         "10",
     )
@@ -221,14 +210,10 @@ def test_parity_decoder_refuses_a_checkpoint_with_other_weights(artifacts, other
     ],
 )
 def test_parity_decoder_reports_bad_input_in_one_line(args, message, artifacts, tiny_checkpoint, capsys):
-    code, _, err = run_in_process(
+    code, _, err = run_parity_decoder(
         capsys,
-        "parity",
-        "decoder",
-        "--artifact",
-        str(artifacts[("onnx", "stateful", "fp32")]),
-        "--checkpoint",
-        str(tiny_checkpoint),
+        artifacts[("onnx", "stateful", "fp32")],
+        tiny_checkpoint,
         *args,
     )
     assert code == 2
@@ -251,14 +236,10 @@ def test_quantized_parity_is_reported_next_to_fp32(artifacts, tiny_checkpoint, t
     reports = {}
     for key in [("onnx", "stateful", "fp32"), ("onnx", "stateful", "int8"), ("pt2", "stateful", "bf16")]:
         out_json = tmp_path / f"{'-'.join(key)}.json"
-        run_in_process(
+        run_parity_decoder(
             capsys,
-            "parity",
-            "decoder",
-            "--artifact",
-            str(artifacts[key]),
-            "--checkpoint",
-            str(tiny_checkpoint),
+            artifacts[key],
+            tiny_checkpoint,
             "--frames",
             "100",
             "--threshold-db",

@@ -241,7 +241,7 @@ def _export_check(request: ExportRequest, model, out_dir: pathlib.Path) -> dict 
     codes = np.random.default_rng(0).integers(
         0, model.config.codebook_size, (CHECK_FRAMES, model.config.num_quantizers)
     )
-    artifact = open_decoder(out_dir, backend=request.format)
+    artifact = open_decoder(out_dir, backend=request.format, warm_up=False)  # it decodes right away anyway
     eager = make_frame_decoder(model, request.mode)
     sizes = [min(size, request.max_chunk_frames) for size in CHECK_RAMP]
     got, want = [], []
