@@ -76,6 +76,17 @@ def test_a_missing_runtime_is_named_with_the_extra_to_install(artifacts, monkeyp
         open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="onnx")
 
 
+def test_a_decoder_whose_first_decode_fails_is_refused_at_load(artifacts, monkeypatch):
+    from codecstream.client.runtimes.onnx_program import OnnxProgram
+
+    def broken_run(self, inputs):
+        raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code")
+
+    monkeypatch.setattr(OnnxProgram, "run", broken_run)
+    with pytest.raises(DecoderLoadError, match=r"the decoder loaded but its first decode failed: .*RUNTIME_EXCEPTION"):
+        open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="onnx")
+
+
 def test_asking_for_a_format_the_directory_does_not_hold_is_refused(artifacts):
     with pytest.raises(DecoderLoadError, match="holds no pte artifact \\(it holds: onnx\\)"):
         open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="pte")

@@ -51,11 +51,14 @@ def open_decoder(
     `warm_up`: run one silent 2-frame chunk before returning (`LoadedDecoder.warm_up`), so that
     the first stream's first chunk costs what every later one does; benchmarks of cold start
     turn it off. Raises DecoderLoadError with the reason and, for a missing runtime, the extra
-    to install.
+    to install; a decoder whose warm-up decode fails is refused here rather than mid-stream.
     """
     decoder = _open(source, backend, threads)
     if warm_up:
-        decoder.warm_up()
+        try:
+            decoder.warm_up()
+        except Exception as error:  # whatever the runtime raises, the artifact cannot be used
+            raise DecoderLoadError(f"{source}: the decoder loaded but its first decode failed: {error}") from None
     return decoder
 
 
