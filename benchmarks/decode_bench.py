@@ -75,7 +75,7 @@ def cpu_pressure() -> float | None:
 def machine_speed() -> dict:
     """This machine's speed right now: fp32 GEMM throughput and memory read bandwidth, best of a few.
 
-    The cores are shared with other tenants of the host, and decode times move with them (up to 2x
+    The cores are shared with other tenants of the host, and decode times move with them (~1.5x
     between runs at the same load average); recording this next to each timing lets a reader tell
     a slower decoder from a slower machine.
     """

@@ -56,7 +56,7 @@ class LoadedDecoder(FrameDecoder):
         """Decode `frames` silent frames once and reset, so that a stream's first chunk is not a cold call.
 
         A runtime's first call allocates its buffers and builds its kernels for the shape; measured
-        at real size here, that adds 35-350 ms to the first chunk (decode_bench.json: `backends`,
+        at real size here, that adds 13-357 ms to the first chunk (decode_bench.json: `backends`,
         first_chunk_2_frames_cold_ms against first_chunk_2_frames_ms). 2 frames is the chunk
         schedule's first size.
         """
