@@ -441,6 +441,8 @@ def remeasure(args) -> None:
     to the file's `commands`, so the record says which numbers came from which run.
     """
     out = Path(args.out)
+    if not out.is_file():
+        sys.exit(f"decode_bench: {out} does not exist; --remeasure updates a record, run the full benchmark first")
     results = json.loads(out.read_text())
     if args.remeasure == "backends":
         remeasure_backends(args, results)
