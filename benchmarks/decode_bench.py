@@ -1,6 +1,6 @@
 """Decoder cost and parity at real size on this machine: not a unit test, a measurement to record.
 
-    .venv/bin/python benchmarks/decode_bench.py            # ~12 minutes on 2 quiet cores
+    .venv/bin/python benchmarks/decode_bench.py            # ~25 minutes on 2 quiet cores (modes + backends)
     .venv/bin/python benchmarks/decode_bench.py --quick    # a smoke run, a minute or two
 
 Builds (once, under .cache/) a real-size random-weight speech_tokenizer/ directory (114.3 M
@@ -303,15 +303,21 @@ def plot(results: dict, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def write_plots(results: dict, out: Path) -> None:
+    if "full" in results["modes"]:
+        plot(results, out.with_suffix(".png"))
+    if results.get("backends"):
+        artifact_bench.plot(results, out.with_name(out.stem + "_backends.png"))
+
+
 def measure_backend(name: str, args) -> dict:
     """One client runtime in a fresh process, on artifacts exported once under .cache/artifact_bench/."""
-    bench = artifact_bench
-    bench.CACHE.mkdir(parents=True, exist_ok=True)
-    checkpoint = bench.ensure_checkpoint()
-    reference = bench.ensure_reference(checkpoint)
-    source, export_s = bench.ensure_artifact(checkpoint, name, max(args.chunks))
-    row = bench.run_worker(name, source, reference, args)
-    row["artifact_mb"] = bench.artifact_size_mb(source, name)
+    artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
+    checkpoint = artifact_bench.ensure_checkpoint()
+    reference = artifact_bench.ensure_reference(checkpoint)
+    source, export_s = artifact_bench.ensure_artifact(checkpoint, name, max(args.chunks))
+    row = artifact_bench.run_worker(name, source, reference, args)
+    row["artifact_mb"] = artifact_bench.artifact_size_mb(source, name)
     row["cpu_pressure_avg10_after"] = cpu_pressure()
     row["machine_speed_after"] = machine_speed()
     if export_s is not None:
@@ -363,10 +369,7 @@ def drive(args) -> None:
         # After every step, so that a run cut short still leaves what it measured.
         results["wall_seconds"] = round(time.time() - started, 1)
         out.write_text(json.dumps(results, indent=2) + "\n")
-        if "full" in results["modes"]:
-            plot(results, out.with_suffix(".png"))
-        if results.get("backends"):
-            artifact_bench.plot(results, out.with_name(out.stem + "_backends.png"))
+        write_plots(results, out)
 
     def bases(init: str) -> list[str]:
         checkpoint = ensure_checkpoint(cache, init)
@@ -453,9 +456,7 @@ def remeasure(args) -> None:
         + f"  # {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average {list(os.getloadavg())}"
     )
     out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out.with_suffix(".png"))
-    if results.get("backends"):
-        artifact_bench.plot(results, out.with_name(out.stem + "_backends.png"))
+    write_plots(results, out)
     log(f"updated {out}")
 
 
@@ -500,7 +501,7 @@ def main() -> None:
     parser.add_argument(
         "--backends",
         type=lambda text: [] if text == "none" else text.split(","),
-        default=["eager", "pt2", "pte", "onnx", "onnx-int8", "pte-int8", "pt2-bf16"],
+        default=list(artifact_bench.BACKENDS),
         help="comma-separated client runtimes for the backend axis, or 'none' (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="a short run to check the script")
