@@ -1,6 +1,6 @@
 """Barge-in: the listener interrupts after N ms; the stream stops at once and a new answer starts.
 
-    python examples/barge_in.py --server 127.0.0.1:50051 --decoder artifacts/decoder-onnx --after-ms 800
+python examples/barge_in.py --server 127.0.0.1:50051 --decoder artifacts/decoder-onnx --after-ms 800
 """
 
 import argparse
@@ -18,13 +18,17 @@ def main() -> None:
 
     with Client(args.server) as client:
         started = time.monotonic()
-        answer = client.synthesize("Here is a rather long answer that the listener will cut short.", decoder=args.decoder)
+        answer = client.synthesize(
+            "Here is a rather long answer that the listener will cut short.", decoder=args.decoder
+        )
         for chunk in answer:
             if (time.monotonic() - started) * 1000 >= args.after_ms:
                 # In a real app: the frames the speaker actually played, from its jitter buffer.
                 end = answer.cancel(played_frames=chunk.first_frame + chunk.num_frames)
-                print(f"interrupted at frame {chunk.first_frame + chunk.num_frames}; server ended with reason {end.reason}"
-                      f" after {end.frames_generated} frames")  # fmt: skip
+                print(
+                    f"interrupted at frame {chunk.first_frame + chunk.num_frames}; "
+                    f"server ended with reason {end.reason} after {end.frames_generated} frames"
+                )
                 break
         reply = client.synthesize("Sure, go ahead.", decoder=args.decoder)
         audio_s = sum(chunk.num_frames for chunk in reply) * 0.08

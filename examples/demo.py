@@ -36,10 +36,20 @@ def run(*command: str) -> None:
 def start_server(checkpoint: pathlib.Path) -> tuple[subprocess.Popen, str]:
     port_file = WORK / "server.port"
     port_file.unlink(missing_ok=True)
-    log = open(WORK / "server.log", "w")  # noqa: SIM115 - lives as long as the server
-    command = [str(BIN / "codecstream-server"), "--model", str(checkpoint), "--port", "0", "--port-file", str(port_file)]
+    log = open(WORK / "server.log", "w")
+    command = [
+        str(BIN / "codecstream-server"),
+        "--model",
+        str(checkpoint),
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+    ]
     print("$ " + " ".join(command) + f"  (log: {log.name})", flush=True)
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     started, shown = time.monotonic(), -10.0
     while not (port_file.exists() and port_file.read_text()):
         if server.poll() is not None:
@@ -72,7 +82,17 @@ def main() -> int:
 
     step("2/5 export the decoder for the client (stateful, ONNX)")
     if not (artifact / "manifest.json").exists():
-        run(str(BIN / "codecstream"), "export-decoder", str(checkpoint), "--format", "onnx", "--mode", "stateful", "--out", str(artifact))
+        run(
+            str(BIN / "codecstream"),
+            "export-decoder",
+            str(checkpoint),
+            "--format",
+            "onnx",
+            "--mode",
+            "stateful",
+            "--out",
+            str(artifact),
+        )
     else:
         print(f"   reusing {artifact}")
 
@@ -89,7 +109,10 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
-    print(f"\nDone: {WORK / 'demo.wav'} (random weights: it sounds like noise, by design), parity report {WORK / 'parity_e2e.png'}")
+    print(
+        f"\nDone: {WORK / 'demo.wav'} (random weights: it sounds like noise, by design), "
+        f"parity report {WORK / 'parity_e2e.png'}"
+    )
     return 0
 
 

@@ -15,7 +15,6 @@ import dataclasses
 import uuid
 
 import numpy as np
-
 from codecstream.client import AsyncClient
 from codecstream.client.jitter_buffer import JitterBuffer
 
@@ -40,7 +39,9 @@ class CodecStreamTTSService:
     async def run_tts(self, text: str) -> str:
         """Speak `text` as a new turn; returns the turn's context id once all of it is queued."""
         context_id = uuid.uuid4().hex[:8]
-        self._turn = self._client.synthesize(text, decoder=self._decoder, voice=self._voice, client_request_id=context_id)
+        self._turn = self._client.synthesize(
+            text, decoder=self._decoder, voice=self._voice, client_request_id=context_id
+        )
         async for chunk in self._turn:
             self.push_frame(TTSAudioFrame(context_id, chunk.samples))
         return context_id

@@ -14,10 +14,9 @@ import pathlib
 import sys
 
 import numpy as np
-from google.protobuf import json_format
-
 from codecstream.protocol import pack_codes, qwen3_tts_12hz_spec
 from codecstream.v1 import synthesis_pb2 as pb
+from google.protobuf import json_format
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "protocol" / "golden" / "vectors.json"
 DIGEST = "sha256:" + "5e" * 32
@@ -49,20 +48,39 @@ def build() -> dict:
     spec = qwen3_tts_12hz_spec(DIGEST)
     reference = codes_for(100, 3)
     header = pb.SynthesizeResponse(
-        header=pb.Header(stream_id="golden-1", codec=spec, reference_codes=pack_codes(reference), reference_frames=3, max_frames=2048)
+        header=pb.Header(
+            stream_id="golden-1", codec=spec, reference_codes=pack_codes(reference), reference_frames=3, max_frames=2048
+        )
     )
     chunks = []
     first = 0
     for seq, size in enumerate((2, 4, 3)):
         codes = codes_for(first, size)
         chunks.append(
-            pb.SynthesizeResponse(chunk=pb.Chunk(seq=seq, first_frame=first, num_frames=size, codes=pack_codes(codes), generated_at_us=1000 * (seq + 1)))
+            pb.SynthesizeResponse(
+                chunk=pb.Chunk(
+                    seq=seq,
+                    first_frame=first,
+                    num_frames=size,
+                    codes=pack_codes(codes),
+                    generated_at_us=1000 * (seq + 1),
+                )
+            )
         )
         first += size
-    end = pb.SynthesizeResponse(end=pb.End(reason=pb.END_REASON_EOS, frames_generated=first, stats=pb.StreamStats(chunks=3)))
+    end = pb.SynthesizeResponse(
+        end=pb.End(reason=pb.END_REASON_EOS, frames_generated=first, stats=pb.StreamStats(chunks=3))
+    )
     start = pb.SynthesizeRequest(
-        start=pb.Start(text="Hello, world.", voice="vivian", language="English", task_type=pb.TASK_TYPE_CUSTOM_VOICE, seed=42,
-                       chunking=pb.ChunkingPolicy(first_chunk_frames=2, ramp_frames=[4, 8, 16, 25]), resumable=True)
+        start=pb.Start(
+            text="Hello, world.",
+            voice="vivian",
+            language="English",
+            task_type=pb.TASK_TYPE_CUSTOM_VOICE,
+            seed=42,
+            chunking=pb.ChunkingPolicy(first_chunk_frames=2, ramp_frames=[4, 8, 16, 25]),
+            resumable=True,
+        )
     )
     all_frames = np.concatenate([codes_for(0, 2), codes_for(2, 4), codes_for(6, 3)])
     bad_range = pb.Chunk(seq=0, first_frame=0, num_frames=1, codes=np.full(16, 2048, "<i2").tobytes())
@@ -75,16 +93,49 @@ def build() -> dict:
             entry("ack_seq_3", pb.SynthesizeRequest(ack=pb.Ack(seq=3))),
             entry("resume_after_seq_1", pb.SynthesizeRequest(resume=pb.Resume(stream_id="golden-1", last_acked_seq=1))),
             entry("header_with_reference_codes", header, reference_frames=reference.tolist()),
-            *(entry(f"chunk_seq_{i}", c, frames=codes_for(c.chunk.first_frame, c.chunk.num_frames).tolist()) for i, c in enumerate(chunks)),
+            *(
+                entry(f"chunk_seq_{i}", c, frames=codes_for(c.chunk.first_frame, c.chunk.num_frames).tolist())
+                for i, c in enumerate(chunks)
+            ),
             entry("end_eos", end),
         ],
         "streams": [
-            {"name": "valid_eos", "messages": [response_hex(m) for m in (header, *chunks, end)], "frames": all_frames.tolist(), "error": None},
-            {"name": "gap", "messages": [response_hex(m) for m in (header, chunks[0], chunks[2])], "frames": None, "error": "StreamOrderError"},
-            {"name": "duplicate", "messages": [response_hex(m) for m in (header, chunks[0], chunks[0])], "frames": None, "error": "StreamOrderError"},
-            {"name": "chunk_before_header", "messages": [response_hex(chunks[0])], "frames": None, "error": "StreamOrderError"},
-            {"name": "data_after_end", "messages": [response_hex(m) for m in (header, *chunks, end, chunks[0])], "frames": None, "error": "StreamOrderError"},
-            {"name": "code_out_of_range", "messages": [response_hex(header), response_hex(pb.SynthesizeResponse(chunk=bad_range))], "frames": None, "error": "CodesError"},
+            {
+                "name": "valid_eos",
+                "messages": [response_hex(m) for m in (header, *chunks, end)],
+                "frames": all_frames.tolist(),
+                "error": None,
+            },
+            {
+                "name": "gap",
+                "messages": [response_hex(m) for m in (header, chunks[0], chunks[2])],
+                "frames": None,
+                "error": "StreamOrderError",
+            },
+            {
+                "name": "duplicate",
+                "messages": [response_hex(m) for m in (header, chunks[0], chunks[0])],
+                "frames": None,
+                "error": "StreamOrderError",
+            },
+            {
+                "name": "chunk_before_header",
+                "messages": [response_hex(chunks[0])],
+                "frames": None,
+                "error": "StreamOrderError",
+            },
+            {
+                "name": "data_after_end",
+                "messages": [response_hex(m) for m in (header, *chunks, end, chunks[0])],
+                "frames": None,
+                "error": "StreamOrderError",
+            },
+            {
+                "name": "code_out_of_range",
+                "messages": [response_hex(header), response_hex(pb.SynthesizeResponse(chunk=bad_range))],
+                "frames": None,
+                "error": "CodesError",
+            },
         ],
     }
 

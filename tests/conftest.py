@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-
 from codecstream.protocol.codes_file import CodesFile
 from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
@@ -69,7 +68,7 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         codes: np.ndarray | None = None,
         reference_codes: np.ndarray | None = None,
         fps: float = 0.0,
-        limits: ServerLimits = ServerLimits(),
+        limits: ServerLimits | None = None,
         decoder_digest: str = UNKNOWN_DECODER_DIGEST,
         **options,
     ) -> RunningServer:
@@ -77,7 +76,9 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         recording = CodesFile(codes) if reference_codes is None else CodesFile(codes, reference_codes)
         source = ReplaySource(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
         loop = EventLoopThread()
-        server = CodecStreamServer(source, ServerOptions(port=0, limits=limits, shutdown_grace_s=1.0, **options))
+        server = CodecStreamServer(
+            source, ServerOptions(port=0, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
+        )
         port = loop.run(server.start())
         running = RunningServer(server, source, loop, f"127.0.0.1:{port}")
         started.append(running)
@@ -103,6 +104,7 @@ def talker_engine(tmp_path_factory):
     (engine start-up takes 30-80 s here), shared by the server and end-to-end tests."""
     # Imported here: the engine stack (vLLM) is heavy and only these tests need it.
     from codecstream.server.source import SynthesisRequest
+
     from tests.server.engine_harness import start_talker_engine, stop_talker_engine
 
     engine = start_talker_engine(tmp_path_factory.mktemp("qwen3-tts-tiny-custom-voice"))

@@ -1,5 +1,4 @@
 import numpy as np
-
 from codecstream.client.jitter_buffer import SAFETY_MARGIN_S, JitterBuffer
 
 RATE = 24_000

@@ -5,9 +5,9 @@ import sys
 import wave
 
 import pytest
-
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
+
 from tests.conftest import random_codes
 
 CLI = [sys.executable, "-m", "codecstream.client.cli"]
@@ -25,14 +25,18 @@ def say(*args: str) -> subprocess.CompletedProcess:
 def test_say_writes_a_wav_and_prints_a_summary(replay_server_factory, checkpoint, tmp_path):
     server = replay_server_factory(codes=random_codes(30), decoder_digest=decoder_digest(checkpoint))
     out = tmp_path / "hi.wav"
-    result = say("Hello.", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch", "--out", str(out))
+    result = say(
+        "Hello.", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     with wave.open(str(out)) as wav:
         assert wav.getnframes() == 30 * 1920 and wav.getframerate() == 24000 and wav.getsampwidth() == 2
     assert "2.40 s of audio (EOS)" in result.stderr
 
 
-def test_without_a_sound_device_play_says_so_in_one_line_and_the_wav_is_still_written(replay_server_factory, checkpoint, tmp_path):
+def test_without_a_sound_device_play_says_so_in_one_line_and_the_wav_is_still_written(
+    replay_server_factory, checkpoint, tmp_path
+):
     server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
     out = tmp_path / "hi.wav"
     played = say("Hi.", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch", "--play")
@@ -40,7 +44,18 @@ def test_without_a_sound_device_play_says_so_in_one_line_and_the_wav_is_still_wr
         pytest.skip("this machine can play audio")
     assert played.returncode == 1
     assert played.stderr.strip().count("\n") == 0 and "cannot play audio" in played.stderr
-    both = say("Hi.", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch", "--play", "--out", str(out))
+    both = say(
+        "Hi.",
+        "--server",
+        server.target,
+        "--decoder",
+        str(checkpoint),
+        "--backend",
+        "torch",
+        "--play",
+        "--out",
+        str(out),
+    )
     assert both.returncode == 0 and "cannot play audio" in both.stderr and out.exists()
 
 
@@ -50,19 +65,39 @@ def test_say_with_nowhere_to_put_audio_is_a_usage_error(checkpoint):
 
 
 def test_unreachable_server_is_one_line_and_exit_1(checkpoint, tmp_path):
-    result = say("Hi.", "--server", "127.0.0.1:9", "--decoder", str(checkpoint), "--backend", "torch", "--out", str(tmp_path / "x.wav"))
+    result = say(
+        "Hi.",
+        "--server",
+        "127.0.0.1:9",
+        "--decoder",
+        str(checkpoint),
+        "--backend",
+        "torch",
+        "--out",
+        str(tmp_path / "x.wav"),
+    )
     assert result.returncode == 1
     assert result.stderr.strip().startswith("codecstream say: error: UNAVAILABLE")
     assert "Traceback" not in result.stderr
 
 
 def test_missing_decoder_is_one_line_and_exit_1(replay_server, tmp_path):
-    result = say("Hi.", "--server", replay_server.target, "--decoder", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.wav"))
+    result = say(
+        "Hi.",
+        "--server",
+        replay_server.target,
+        "--decoder",
+        str(tmp_path / "nothing"),
+        "--out",
+        str(tmp_path / "x.wav"),
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_info_prints_codec_and_voices(replay_server):
-    result = subprocess.run([*CLI, "info", "--server", replay_server.target], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "info", "--server", replay_server.target], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "qwen3-tts-tokenizer-12hz v2: 16 x 2048, 24000 Hz" in result.stdout and "vivian" in result.stdout

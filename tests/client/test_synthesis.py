@@ -7,12 +7,12 @@ end-to-end tests live in tests/e2e.
 
 import numpy as np
 import pytest
-
 from codecstream.client import Client, CodecMismatch
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
+
 from tests.conftest import random_codes
 from tests.tcp_proxy import CuttableProxy
 
@@ -41,7 +41,9 @@ def pcm_of(stream) -> np.ndarray:
     return np.concatenate([chunk.samples for chunk in stream])
 
 
-def test_streamed_pcm_has_1920_samples_per_frame_and_equals_the_full_decode(replay_server_factory, checkpoint, reference_model, decoder):
+def test_streamed_pcm_has_1920_samples_per_frame_and_equals_the_full_decode(
+    replay_server_factory, checkpoint, reference_model, decoder
+):
     codes = random_codes(90, seed=1)
     server = replay_server_factory(codes=codes, decoder_digest=decoder_digest(checkpoint))
     with Client(server.target) as client:
@@ -53,7 +55,9 @@ def test_streamed_pcm_has_1920_samples_per_frame_and_equals_the_full_decode(repl
     assert 0 < stream.stats.wire_bytes_per_audio_second < 1500
 
 
-def test_voice_clone_reference_codes_prime_the_decoder_and_are_not_played(replay_server_factory, checkpoint, reference_model, decoder):
+def test_voice_clone_reference_codes_prime_the_decoder_and_are_not_played(
+    replay_server_factory, checkpoint, reference_model, decoder
+):
     reference, codes = random_codes(12, seed=2), random_codes(30, seed=3)
     server = replay_server_factory(codes=codes, reference_codes=reference, decoder_digest=decoder_digest(checkpoint))
     with Client(server.target) as client:
@@ -63,7 +67,9 @@ def test_voice_clone_reference_codes_prime_the_decoder_and_are_not_played(replay
     assert snr_db(expected, pcm) > 90
 
 
-def test_cancel_stops_the_stream_and_the_next_stream_decodes_from_scratch(replay_server_factory, checkpoint, reference_model, decoder):
+def test_cancel_stops_the_stream_and_the_next_stream_decodes_from_scratch(
+    replay_server_factory, checkpoint, reference_model, decoder
+):
     codes = random_codes(300, seed=4)
     server = replay_server_factory(codes=codes, fps=100.0, decoder_digest=decoder_digest(checkpoint))
     with Client(server.target) as client:
@@ -78,7 +84,9 @@ def test_cancel_stops_the_stream_and_the_next_stream_decodes_from_scratch(replay
     assert server.wait_until(lambda: server.live_requests() == 0)
 
 
-def test_resume_after_a_cut_connection_gives_the_same_pcm_as_an_uninterrupted_stream(replay_server_factory, checkpoint, decoder):
+def test_resume_after_a_cut_connection_gives_the_same_pcm_as_an_uninterrupted_stream(
+    replay_server_factory, checkpoint, decoder
+):
     codes = random_codes(120, seed=5)
     server = replay_server_factory(codes=codes, fps=120.0, decoder_digest=decoder_digest(checkpoint))
     with Client(server.target) as client:

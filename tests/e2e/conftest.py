@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
 from codecstream.server.app import CodecStreamServer, ServerOptions
 
 

@@ -7,7 +7,6 @@ import wave
 
 import numpy as np
 import pytest
-
 from codecstream.client import Client, CodecMismatch, InvalidRequest
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
@@ -64,12 +63,10 @@ def test_client_with_another_decoder_is_refused_before_generation(engine_server,
 
 def test_cli_say_writes_a_wav_of_frames_times_1920_samples(engine_server, speech_tokenizer, tmp_path):
     out = tmp_path / "say.wav"
-    result = subprocess.run(
-        [sys.executable, "-m", "codecstream.client.cli", "say", "Hello there.", "--server", engine_server.target,
-         "--voice", "ryan", "--seed", "4", "--max-frames", "40", "--decoder", str(speech_tokenizer), "--backend", "torch",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    say = [sys.executable, "-m", "codecstream.client.cli", "say", "Hello there.", "--server", engine_server.target]
+    options = ["--voice", "ryan", "--seed", "4", "--max-frames", "40", "--out", str(out)]
+    decoder = ["--decoder", str(speech_tokenizer), "--backend", "torch"]
+    result = subprocess.run([*say, *options, *decoder], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     with wave.open(str(out)) as wav:
         assert wav.getframerate() == 24000 and wav.getnframes() % 1920 == 0 and wav.getnframes() > 0
@@ -90,7 +87,9 @@ def test_cli_parity_e2e_passes_with_the_stateful_decoder(engine_server, speech_t
 
 def test_client_disconnect_aborts_the_engine_request(engine_server):
     with Client(engine_server.target) as client:
-        stream = client.stream_codes("Talk for a while.", voice="ryan", seed=6, max_frames=400, resumable=False, chunking=[1])
+        stream = client.stream_codes(
+            "Talk for a while.", voice="ryan", seed=6, max_frames=400, resumable=False, chunking=[1]
+        )
         next(stream)
         stream.abandon()
         assert engine_server.wait_for_no_live_requests() == 0

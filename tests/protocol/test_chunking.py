@@ -1,6 +1,5 @@
 import pytest
-
-from codecstream.protocol import ChunkSchedule, ChunkingError
+from codecstream.protocol import ChunkingError, ChunkSchedule
 from codecstream.v1 import synthesis_pb2 as pb
 
 

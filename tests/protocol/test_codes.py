@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
+from codecstream.protocol import CodesError, pack_codes, unpack_codes, validate_codes
 from hypothesis import given
 from hypothesis import strategies as st
-
-from codecstream.protocol import CodesError, pack_codes, unpack_codes, validate_codes
 
 
 def test_codes_round_trip_as_int16_little_endian_frame_major():

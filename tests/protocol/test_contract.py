@@ -41,5 +41,9 @@ def test_a_released_contract_exists_to_check_against():
 def test_committed_python_stubs_match_a_fresh_generation(tmp_path):
     fresh = generate_protos.generate(tmp_path)
     committed_dir = ROOT / "protocol" / "src" / "codecstream" / "v1"
-    stale = [p.name for p in fresh if not (committed_dir / p.name).exists() or (committed_dir / p.name).read_bytes() != p.read_bytes()]
+    stale = [
+        p.name
+        for p in fresh
+        if not (committed_dir / p.name).exists() or (committed_dir / p.name).read_bytes() != p.read_bytes()
+    ]
     assert not stale, f"stale stubs {stale}: run `python scripts/generate_protos.py` and commit the result"

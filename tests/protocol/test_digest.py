@@ -3,7 +3,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from codecstream.protocol import DigestError, decoder_digest
 
 

@@ -6,17 +6,19 @@ import sys
 
 import numpy as np
 import pytest
-from google.protobuf import json_format
-
 from codecstream.protocol import StreamReassembler, errors, unpack_codes
 from codecstream.v1 import synthesis_pb2 as pb
+from google.protobuf import json_format
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "protocol" / "golden" / "vectors.json").read_text())
 sys.path.insert(0, str(ROOT / "scripts"))
 import generate_golden_vectors  # noqa: E402
 
-TYPES = {"codecstream.v1.SynthesizeRequest": pb.SynthesizeRequest, "codecstream.v1.SynthesizeResponse": pb.SynthesizeResponse}
+TYPES = {
+    "codecstream.v1.SynthesizeRequest": pb.SynthesizeRequest,
+    "codecstream.v1.SynthesizeResponse": pb.SynthesizeResponse,
+}
 
 
 def test_golden_file_is_up_to_date():
@@ -34,7 +36,9 @@ def test_message_bytes_parse_to_the_stated_meaning(vector):
         np.testing.assert_array_equal(unpack_codes(chunk.codes, chunk.num_frames), np.array(vector["frames"]))
     if "reference_frames" in vector:
         header = message.header
-        np.testing.assert_array_equal(unpack_codes(header.reference_codes, header.reference_frames), np.array(vector["reference_frames"]))
+        np.testing.assert_array_equal(
+            unpack_codes(header.reference_codes, header.reference_frames), np.array(vector["reference_frames"])
+        )
 
 
 @pytest.mark.parametrize("stream", VECTORS["streams"], ids=lambda s: s["name"])

@@ -1,11 +1,17 @@
 import numpy as np
 import pytest
+from codecstream.protocol import (
+    CodesError,
+    ProtocolError,
+    StreamOrderError,
+    StreamReassembler,
+    pack_codes,
+    qwen3_tts_12hz_spec,
+)
+from codecstream.v1 import synthesis_pb2 as pb
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from codecstream.protocol import CodesError, ProtocolError, StreamOrderError, StreamReassembler, pack_codes, qwen3_tts_12hz_spec
-from codecstream.v1 import synthesis_pb2 as pb
 
 SPEC = qwen3_tts_12hz_spec("sha256:" + "ab" * 32)
 

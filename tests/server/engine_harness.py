@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from codecstream.server.engine.talker_source import VllmTalkerSource
 from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint
 from codecstream.server.source import CodeStream, SynthesisRequest
+
 from tests.conftest import EventLoopThread
 
 #: Long enough for any single test's requests on a loaded 2-core machine.

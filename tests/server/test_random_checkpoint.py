@@ -6,9 +6,6 @@ import hashlib
 import json
 
 import pytest
-from safetensors import safe_open
-from transformers import AutoTokenizer
-
 from codecstream.protocol import decoder_digest
 from codecstream.server.random_checkpoint import (
     PRESETS,
@@ -16,6 +13,8 @@ from codecstream.server.random_checkpoint import (
     write_qwen3_tts_checkpoint,
 )
 from codecstream.server.random_text_tokenizer import SPECIAL_TOKENS
+from safetensors import safe_open
+from transformers import AutoTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +24,23 @@ def tiny(tmp_path_factory):
 
 def tensor_names(path) -> dict[str, tuple]:
     with safe_open(str(path), framework="pt") as weights:
-        return {name: (str(weights.get_slice(name).get_dtype()), tuple(weights.get_slice(name).get_shape()))
-                for name in weights.keys()}
+        return {
+            name: (str(weights.get_slice(name).get_dtype()), tuple(weights.get_slice(name).get_shape()))
+            for name in weights.keys()
+        }
 
 
 def test_the_directory_has_the_official_files(tiny):
-    for name in ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json",
-                 "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",
-                 "speech_tokenizer/preprocessor_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer_config.json",
+        "speech_tokenizer/config.json",
+        "speech_tokenizer/model.safetensors",
+        "speech_tokenizer/preprocessor_config.json",
+    ):
         assert (tiny / name).is_file(), name
 
 
@@ -63,11 +71,17 @@ def test_talker_weights_use_the_hf_names_with_split_projections_in_bfloat16(tiny
     shape = PRESETS["tiny"].talker
     q_rows = shape.num_attention_heads * shape.head_dim
     assert names["talker.model.layers.0.self_attn.q_proj.weight"] == ("BF16", (q_rows, shape.hidden_size))
-    for name in ("talker.model.codec_embedding.weight", "talker.model.text_embedding.weight",
-                 "talker.codec_head.weight", "talker.text_projection.linear_fc2.bias",
-                 "talker.model.layers.1.mlp.gate_proj.weight", "talker.model.layers.1.mlp.up_proj.weight",
-                 "talker.code_predictor.model.codec_embedding.14.weight", "talker.code_predictor.lm_head.14.weight",
-                 "talker.code_predictor.model.layers.0.self_attn.k_proj.weight"):
+    for name in (
+        "talker.model.codec_embedding.weight",
+        "talker.model.text_embedding.weight",
+        "talker.codec_head.weight",
+        "talker.text_projection.linear_fc2.bias",
+        "talker.model.layers.1.mlp.gate_proj.weight",
+        "talker.model.layers.1.mlp.up_proj.weight",
+        "talker.code_predictor.model.codec_embedding.14.weight",
+        "talker.code_predictor.lm_head.14.weight",
+        "talker.code_predictor.model.layers.0.self_attn.k_proj.weight",
+    ):
         assert name in names, name
     assert names["talker.model.text_embedding.weight"][1][0] == 151936
     assert {dtype for dtype, _ in names.values()} == {"BF16"}

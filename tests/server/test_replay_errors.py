@@ -4,12 +4,12 @@ import asyncio
 
 import grpc
 import pytest
-
 from codecstream.client import Client, CodecMismatch, InvalidRequest, ResourceExhausted, StreamEnded
 from codecstream.protocol import qwen3_tts_12hz_spec
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
+
 from tests.conftest import random_codes
 
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from codecstream.client import Client
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
+
 from tests.conftest import random_codes
 from tests.tcp_proxy import CuttableProxy
 
@@ -46,7 +46,7 @@ def test_stream_that_is_not_resumable_is_cancelled_when_the_connection_breaks(re
         stream = client.stream_codes("A long text.", resumable=False)
         next(stream)
         proxy.cut()
-        with pytest.raises(Exception):  # noqa: B017, PT011 - UNAVAILABLE surfaces as a ServerError subclass
+        with pytest.raises(Exception):  # noqa: B017 - UNAVAILABLE surfaces as a ServerError subclass
             list(stream)
     assert server.wait_until(lambda: server.live_requests() == 0)
 

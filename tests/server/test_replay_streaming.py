@@ -1,11 +1,10 @@
 """The gRPC service over a replayed codes file, on a real loopback socket: the stream contract."""
 
 import numpy as np
-import pytest
-
 from codecstream.client import Client
 from codecstream.protocol import ChunkSchedule
 from codecstream.v1 import synthesis_pb2 as pb
+
 from tests.conftest import random_codes
 
 

@@ -8,9 +8,9 @@ import sys
 import time
 
 import numpy as np
-
 from codecstream.client import Client
 from codecstream.protocol import save_codes_file
+
 from tests.conftest import random_codes
 
 SERVER = [sys.executable, "-m", "codecstream.server.cli"]
@@ -23,7 +23,9 @@ def run_server(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
 def test_missing_codes_file_exits_1_with_one_line(tmp_path):
     result = run_server("--replay", str(tmp_path / "none.npy"))
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"codecstream-server: error: {tmp_path / 'none.npy'}: no such codes file"]
+    assert result.stderr.strip().splitlines() == [
+        f"codecstream-server: error: {tmp_path / 'none.npy'}: no such codes file"
+    ]
 
 
 def test_corrupt_codes_file_exits_1_naming_the_problem(tmp_path):

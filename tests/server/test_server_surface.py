@@ -5,10 +5,10 @@ import urllib.request
 
 import grpc
 import pytest
+from codecstream.client import Client, Unauthenticated
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from codecstream.client import Client, Unauthenticated
 from tests.conftest import random_codes
 
 TOKEN = "s3cret-token"
@@ -32,7 +32,9 @@ def test_auth_on_accepts_the_right_token(replay_server_factory):
 def test_health_check_stays_open_with_auth_on(replay_server_factory):
     server = replay_server_factory(auth_tokens=frozenset({TOKEN}))
     with grpc.insecure_channel(server.target) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="codecstream.v1.SynthesisService"))
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="codecstream.v1.SynthesisService")
+        )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -66,7 +68,7 @@ def test_tls_with_token_round_trip(replay_server_factory, self_signed_cert):
 def test_plaintext_client_cannot_talk_to_a_tls_server(replay_server_factory, self_signed_cert):
     cert, key = self_signed_cert
     server = replay_server_factory(tls_cert=cert, tls_key=key)
-    with Client(server.target) as client, pytest.raises(Exception):  # noqa: B017, PT011 - UNAVAILABLE
+    with Client(server.target) as client, pytest.raises(Exception):  # noqa: B017 - UNAVAILABLE
         client.codec_info(timeout=3)
 
 

@@ -11,7 +11,6 @@ import asyncio
 
 import numpy as np
 import pytest
-
 from codecstream.protocol import decoder_digest
 from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
 
@@ -58,9 +57,7 @@ def test_codec_eos_ends_the_stream_with_stop_reason_eos_and_no_frame_for_it(talk
 
 
 def test_max_frames_ends_the_stream_after_exactly_that_many_frames(talker_engine):
-    collected = first_seed_with(
-        talker_engine, lambda c: c.stream.stop_reason is StopReason.MAX_FRAMES, 3, "max-frames"
-    )
+    collected = first_seed_with(talker_engine, lambda c: c.stream.stop_reason is StopReason.MAX_FRAMES, 3, "max-frames")
     assert len(collected.codes) == 3
 
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 import soundfile
-
 from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
+
 from tests.server.engine_harness import start_talker_engine, stop_talker_engine
 
 pytestmark = pytest.mark.engine

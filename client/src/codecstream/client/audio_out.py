@@ -6,7 +6,6 @@ import pathlib
 import wave
 
 import numpy as np
-
 from codecstream.client.errors import CodecStreamError
 from codecstream.client.jitter_buffer import JitterBuffer
 
@@ -53,9 +52,13 @@ class Speaker:
         try:
             import sounddevice
         except OSError as error:  # sounddevice raises OSError when libportaudio2 is missing
-            raise AudioDeviceUnavailable(f"cannot play audio: {error} (install libportaudio2, or write a WAV with --out)") from None
+            raise AudioDeviceUnavailable(
+                f"cannot play audio: {error} (install libportaudio2, or write a WAV with --out)"
+            ) from None
         except ImportError:
-            raise AudioDeviceUnavailable("cannot play audio: sounddevice is not installed (pip install 'codecstream-client[audio]')") from None
+            raise AudioDeviceUnavailable(
+                "cannot play audio: sounddevice is not installed (pip install 'codecstream-client[audio]')"
+            ) from None
         self.buffer = buffer
 
         def callback(outdata, frames, time_info, status) -> None:
@@ -63,7 +66,12 @@ class Speaker:
 
         try:
             self._stream = sounddevice.OutputStream(
-                samplerate=buffer.sample_rate, channels=1, dtype="float32", blocksize=self.BLOCK_FRAMES, device=device, callback=callback
+                samplerate=buffer.sample_rate,
+                channels=1,
+                dtype="float32",
+                blocksize=self.BLOCK_FRAMES,
+                device=device,
+                callback=callback,
             )
             self._stream.start()
         except Exception as error:  # PortAudioError: no device, busy device, bad sample rate

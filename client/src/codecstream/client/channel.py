@@ -28,5 +28,7 @@ def open_channel(target: str, tls: bool | str | pathlib.Path = False, token: str
     roots = None if tls is True else pathlib.Path(tls).read_bytes()
     credentials = grpc.ssl_channel_credentials(root_certificates=roots)
     if token:
-        credentials = grpc.composite_channel_credentials(credentials, grpc.metadata_call_credentials(_BearerToken(token)))
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.metadata_call_credentials(_BearerToken(token))
+        )
     return grpc.aio.secure_channel(target, credentials, options=options)

@@ -10,7 +10,6 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import grpc
-
 from codecstream.client.channel import call_metadata, open_channel
 from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import from_rpc_error
@@ -28,9 +27,9 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 class AsyncClient:
     """A connection to a codecstream server.
 
-        async with AsyncClient("host:50051") as client:
-            async for chunk in client.stream_codes("Hello", voice="vivian"):
-                ...
+    async with AsyncClient("host:50051") as client:
+        async for chunk in client.stream_codes("Hello", voice="vivian"):
+            ...
     """
 
     def __init__(
@@ -47,7 +46,9 @@ class AsyncClient:
         self._metadata = call_metadata(token, bool(tls))
         self._resume_attempts = resume_attempts
         # One decode thread per client: decoding never blocks the event loop that reads the network.
-        self._decode_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecstream-decode")
+        self._decode_thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="codecstream-decode"
+        )
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -81,7 +82,9 @@ class AsyncClient:
         """
         return AsyncCodeStream(self._stub, build_start(text, **options), self._metadata, self._resume_attempts)
 
-    def synthesize(self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any) -> AsyncAudioStream:
+    def synthesize(
+        self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any
+    ) -> AsyncAudioStream:
         """Start synthesizing `text`; iterate the result for decoded PcmChunks.
 
         `decoder`: an opened decoder (codecstream.client.runtimes.open_decoder) or the directory of
@@ -180,9 +183,9 @@ class AudioStream(_BlockingStream):
 class Client:
     """Blocking client with the methods of AsyncClient.
 
-        with Client("host:50051") as client:
-            for chunk in client.stream_codes("Hello", voice="vivian"):
-                ...
+    with Client("host:50051") as client:
+        for chunk in client.stream_codes("Hello", voice="vivian"):
+            ...
     """
 
     def __init__(self, target: str = DEFAULT_TARGET, **options: Any) -> None:
@@ -213,6 +216,8 @@ class Client:
     def stream_codes(self, text: str, **options: Any) -> CodeStream:
         return CodeStream(self._async.stream_codes(text, **options), self._loop)
 
-    def synthesize(self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any) -> AudioStream:
+    def synthesize(
+        self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any
+    ) -> AudioStream:
         """Blocking twin of AsyncClient.synthesize: iterate for PcmChunks."""
         return AudioStream(self._async.synthesize(text, decoder=decoder, backend=backend, **options), self._loop)

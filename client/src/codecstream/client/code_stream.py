@@ -8,7 +8,6 @@ import time
 
 import grpc
 import numpy as np
-
 from codecstream.client.errors import StreamEnded, from_rpc_error
 from codecstream.protocol.reassembler import ReceivedChunk, StreamReassembler
 from codecstream.v1 import synthesis_pb2 as pb
@@ -100,7 +99,9 @@ class AsyncCodeStream:
                 message = await self._responses.__anext__()
             except StopAsyncIteration:
                 if self.end is None:
-                    raise StreamEnded(pb.End(reason=pb.END_REASON_ERROR, message="server closed the stream without End")) from None
+                    raise StreamEnded(
+                        pb.End(reason=pb.END_REASON_ERROR, message="server closed the stream without End")
+                    ) from None
                 return None
             except grpc.RpcError as error:
                 if await self._try_resume(error):
@@ -117,7 +118,12 @@ class AsyncCodeStream:
         while self.resumes < self._resume_attempts:
             self.resumes += 1
             await asyncio.sleep(0.05 * 2**self.resumes)
-            log.info("stream %s: connection lost (%s), resuming after seq %s", self.stream_id, error.code().name, self._reassembler.last_seq)
+            log.info(
+                "stream %s: connection lost (%s), resuming after seq %s",
+                self.stream_id,
+                error.code().name,
+                self._reassembler.last_seq,
+            )
             self._reassembler.expect_resume()
             resume = pb.Resume(stream_id=self.stream_id)
             if self._reassembler.last_seq is not None:
@@ -126,7 +132,7 @@ class AsyncCodeStream:
             try:
                 await self._next_message()  # the Header again
                 return True
-            except Exception as retry_error:  # noqa: BLE001 - any failure here means: try again or give up
+            except Exception as retry_error:
                 log.info("stream %s: resume attempt %d failed: %s", self.stream_id, self.resumes, retry_error)
         return False
 
@@ -172,7 +178,7 @@ class AsyncCodeStream:
         try:
             while self.end is None:
                 await self._next_message()
-        except Exception as error:  # noqa: BLE001 - the stream is being abandoned either way
+        except Exception as error:
             log.info("stream %s: error while cancelling: %s", self.stream_id, error)
             self._call.cancel()
         return self.end

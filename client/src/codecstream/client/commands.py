@@ -7,7 +7,6 @@ import pathlib
 import sys
 
 import numpy as np
-
 from codecstream.client.client import Client
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.v1 import synthesis_pb2 as pb
@@ -15,7 +14,14 @@ from codecstream.v1 import synthesis_pb2 as pb
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT of a codecstream server")
-    parser.add_argument("--tls", nargs="?", const=True, default=False, metavar="ROOT_CERT", help="use TLS (optionally with a PEM root certificate)")
+    parser.add_argument(
+        "--tls",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ROOT_CERT",
+        help="use TLS (optionally with a PEM root certificate)",
+    )
     parser.add_argument("--token", help="bearer token, if the server requires one")
 
 
@@ -23,7 +29,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="text to speak")
     parser.add_argument("--voice", default="", help="speaker (see `codecstream info`)")
     parser.add_argument("--language", default="", help="language of the text (default: detected)")
-    parser.add_argument("--instructions", default="", help="style instructions, or the voice description for VoiceDesign")
+    parser.add_argument(
+        "--instructions", default="", help="style instructions, or the voice description for VoiceDesign"
+    )
     parser.add_argument("--task-type", default="CustomVoice", choices=["CustomVoice", "VoiceDesign", "Base"])
     parser.add_argument("--reference-audio", type=pathlib.Path, help="WAV/FLAC to clone (task type Base)")
     parser.add_argument("--reference-text", default="", help="what the reference audio says")
@@ -59,13 +67,19 @@ def run_info(args: argparse.Namespace) -> int:
         voices = client.voices()
     codec = info.codec
     print(f"model            {info.model} (server {info.server_version})")
-    print(f"codec            {codec.codec_name} {codec.codec_version}: {codec.num_codebooks} x {codec.codebook_size}, "
-          f"{codec.sample_rate_hz} Hz, {codec.samples_per_frame} samples/frame, context {codec.decoder_left_context_frames}")  # fmt: skip
+    print(
+        f"codec            {codec.codec_name} {codec.codec_version}: {codec.num_codebooks} x {codec.codebook_size}, "
+        f"{codec.sample_rate_hz} Hz, {codec.samples_per_frame} samples/frame, "
+        f"context {codec.decoder_left_context_frames}"
+    )
     print(f"decoder digest   {codec.decoder_digest}")
     print(f"task types       {', '.join(pb.TaskType.Name(t).removeprefix('TASK_TYPE_') for t in info.task_types)}")
     print(f"languages        {', '.join(info.languages)}")
     print(f"voices           {', '.join(v.name for v in voices)}")
-    print(f"limits           {info.max_text_chars} chars, {info.max_frames} frames, resume window {info.resume_window_ms} ms")
+    print(
+        f"limits           {info.max_text_chars} chars, {info.max_frames} frames, "
+        f"resume window {info.resume_window_ms} ms"
+    )
     return 0
 
 
@@ -87,8 +101,12 @@ def register_info(subparsers) -> None:
 
 
 def register_record(subparsers) -> None:
-    parser = subparsers.add_parser("record", help="save the codes of one stream to a .npz/.npy file (for replay and parity)")
+    parser = subparsers.add_parser(
+        "record", help="save the codes of one stream to a .npz/.npy file (for replay and parity)"
+    )
     add_connection_arguments(parser)
     add_request_arguments(parser)
-    parser.add_argument("--out", type=pathlib.Path, required=True, help="codes file to write (.npz keeps reference codes)")
+    parser.add_argument(
+        "--out", type=pathlib.Path, required=True, help="codes file to write (.npz keeps reference codes)"
+    )
     parser.set_defaults(handler=run_record)

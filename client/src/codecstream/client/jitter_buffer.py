@@ -115,7 +115,9 @@ class JitterBuffer:
                     self._in_underrun = True
                     if self._fixed_delay is None:
                         # Re-buffer more next time: the measured need was too small.
-                        self.stats.playout_delay_s = min(MAX_PLAYOUT_DELAY_S, self.stats.playout_delay_s * 1.5 + SAFETY_MARGIN_S)
+                        self.stats.playout_delay_s = min(
+                            MAX_PLAYOUT_DELAY_S, self.stats.playout_delay_s * 1.5 + SAFETY_MARGIN_S
+                        )
                     self._started = False
             elif filled:
                 self._in_underrun = False

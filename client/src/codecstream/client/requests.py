@@ -57,7 +57,12 @@ def build_start(
         start.reference_audio.transcript = reference_text
     if seed is not None:
         start.seed = seed
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k), ("repetition_penalty", repetition_penalty)):
+    for name, value in (
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("top_k", top_k),
+        ("repetition_penalty", repetition_penalty),
+    ):
         if value is not None:
             setattr(start.sampling, name, value)
     if chunking is not None:

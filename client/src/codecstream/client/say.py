@@ -8,8 +8,8 @@ import sys
 import time
 
 from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
-from codecstream.client.errors import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
+from codecstream.client.errors import CommandError
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -75,7 +75,8 @@ def run_say(args: argparse.Namespace) -> int:
     stats = stream.stats
     first = f"{stats.time_to_first_audio_s * 1000:.0f} ms" if stats.time_to_first_audio_s is not None else "none"
     line.finish(
-        f"{stats.audio_s:.2f} s of audio ({_reason(stream.end)}), first audio {first}, decode RTF {stats.decode_rtf:.2f}, "
+        f"{stats.audio_s:.2f} s of audio ({_reason(stream.end)}), first audio {first}, "
+        f"decode RTF {stats.decode_rtf:.2f}, "
         f"{stats.wire_bytes_per_audio_second:.0f} B/s on the wire, underruns {buffer.stats.underruns}"
         + (f" -> {args.out}" if args.out else "")
     )
@@ -92,6 +93,10 @@ def register_say(subparsers) -> None:
     add_request_arguments(parser)
     parser.add_argument("--out", type=pathlib.Path, help="write a 16-bit WAV file")
     parser.add_argument("--play", action="store_true", help="play through the default output device")
-    parser.add_argument("--decoder", required=True, help="decoder artifact directory (codecstream export-decoder) or checkpoint")
-    parser.add_argument("--backend", default="auto", choices=["auto", "onnx", "pte", "pt2", "torch"], help="decoder runtime")
+    parser.add_argument(
+        "--decoder", required=True, help="decoder artifact directory (codecstream export-decoder) or checkpoint"
+    )
+    parser.add_argument(
+        "--backend", default="auto", choices=["auto", "onnx", "pte", "pt2", "torch"], help="decoder runtime"
+    )
     parser.set_defaults(handler=run_say)

@@ -14,7 +14,6 @@ import dataclasses
 import time
 
 import numpy as np
-
 from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import CodecStreamError
 from codecstream.protocol.codec_spec import spec_differences
@@ -124,7 +123,7 @@ class AsyncAudioStream:
             async for chunk in self.codes:
                 self._arrivals.put_nowait((chunk, time.monotonic() - self._started))
             self._arrivals.put_nowait((_DONE, None))
-        except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
+        except Exception as error:
             self._arrivals.put_nowait((error, None))
 
     def __aiter__(self):
@@ -145,7 +144,9 @@ class AsyncAudioStream:
         decoded_s = time.monotonic() - self._started
         self.codes.ack(chunk.seq)
         self._account(chunk, arrived_s, decoded_s, decode_s)
-        return PcmChunk(chunk.seq, chunk.first_frame, chunk.num_frames, samples, chunk.codes, arrived_s, decoded_s, decode_s)
+        return PcmChunk(
+            chunk.seq, chunk.first_frame, chunk.num_frames, samples, chunk.codes, arrived_s, decoded_s, decode_s
+        )
 
     def _account(self, chunk: ReceivedChunk, arrived_s: float, decoded_s: float, decode_s: float) -> None:
         stats = self.stats
@@ -182,6 +183,7 @@ def decoder_codec(decoder: FrameDecoder):
     codec = getattr(decoder, "codec", None)
     if codec is None:
         raise DecoderMismatch(
-            f"{type(decoder).__name__} does not say which codec it decodes: open it with codecstream.client.runtimes.open_decoder"
+            f"{type(decoder).__name__} does not say which codec it decodes: "
+            "open it with codecstream.client.runtimes.open_decoder"
         )
     return codec

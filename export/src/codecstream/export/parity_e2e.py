@@ -110,7 +110,12 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
         "stream_id": stream.header.stream_id,
         "end_reason": pb.EndReason.Name(stream.end.reason),
         "reference_frames": len(reference_codes),
-        "decoder": {"backend": decoder.backend, "mode": decoder.mode, "dtype": decoder.dtype, "description": decoder.description},
+        "decoder": {
+            "backend": decoder.backend,
+            "mode": decoder.mode,
+            "dtype": decoder.dtype,
+            "description": decoder.description,
+        },
         "decoder_digest": digest,
         "reference": "full-utterance decode of the same codes (codecstream.decoder, fp32, eager)",
         "server_decoded_pcm": "not offered: the codecstream.v1 contract carries codes only",

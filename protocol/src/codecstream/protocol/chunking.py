@@ -45,7 +45,9 @@ class ChunkSchedule:
         return cls((first, *ramp))
 
     def to_policy(self) -> synthesis_pb2.ChunkingPolicy:
-        return synthesis_pb2.ChunkingPolicy(first_chunk_frames=self.sizes[0], ramp_frames=self.sizes[1:] or self.sizes[:1])
+        return synthesis_pb2.ChunkingPolicy(
+            first_chunk_frames=self.sizes[0], ramp_frames=self.sizes[1:] or self.sizes[:1]
+        )
 
     def __iter__(self) -> Iterator[int]:
         return itertools.chain(self.sizes, itertools.repeat(self.sizes[-1]))
@@ -60,4 +62,3 @@ class ChunkSchedule:
             sizes.append(min(size, remaining))
             remaining -= size
         return sizes
-

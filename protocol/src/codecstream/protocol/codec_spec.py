@@ -37,7 +37,9 @@ def spec_differences(expected: codec_pb2.CodecSpec, actual: codec_pb2.CodecSpec)
     ]
 
 
-def require_same_codec(decoder: codec_pb2.CodecSpec, stream: codec_pb2.CodecSpec, decoder_name: str = "decoder") -> None:
+def require_same_codec(
+    decoder: codec_pb2.CodecSpec, stream: codec_pb2.CodecSpec, decoder_name: str = "decoder"
+) -> None:
     """Raise CodecMismatchError unless `decoder` can decode codes described by `stream`."""
     differences = spec_differences(stream, decoder)
     if differences:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.protocol.errors import CodesError
 

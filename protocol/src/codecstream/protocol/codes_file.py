@@ -11,7 +11,6 @@ import pathlib
 import zipfile
 
 import numpy as np
-
 from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.errors import CodesError
 

@@ -25,7 +25,9 @@ class DigestError(ValueError):
 def find_speech_tokenizer_weights(path: pathlib.Path | str) -> pathlib.Path:
     """Resolve a model dir, a speech_tokenizer dir or a .safetensors file to the codec weights file."""
     path = pathlib.Path(path)
-    candidates = [path] if path.is_file() else [path / "speech_tokenizer" / "model.safetensors", path / "model.safetensors"]
+    candidates = (
+        [path] if path.is_file() else [path / "speech_tokenizer" / "model.safetensors", path / "model.safetensors"]
+    )
     for candidate in candidates:
         if candidate.is_file():
             return candidate

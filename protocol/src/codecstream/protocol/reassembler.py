@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-
 from codecstream.protocol.codes import unpack_codes
 from codecstream.protocol.errors import CodesError, StreamOrderError
 from codecstream.v1 import synthesis_pb2
@@ -93,7 +92,8 @@ class StreamReassembler:
         codec = header.codec
         if codec.num_codebooks < 1 or codec.codebook_size < 1:
             raise StreamOrderError(
-                f"Header codec spec has {codec.num_codebooks} codebooks of size {codec.codebook_size}: both must be >= 1"
+                f"Header codec spec has {codec.num_codebooks} codebooks of size {codec.codebook_size}: "
+                "both must be >= 1"
             )
         try:
             self.reference_codes = unpack_codes(
@@ -130,7 +130,5 @@ class StreamReassembler:
         if end.reason == synthesis_pb2.END_REASON_UNSPECIFIED:
             raise StreamOrderError("End with reason UNSPECIFIED: the server must say why the stream ended")
         if end.frames_generated != self.next_frame:
-            raise StreamOrderError(
-                f"End reports {end.frames_generated} frames but chunks carried {self.next_frame}"
-            )
+            raise StreamOrderError(f"End reports {end.frames_generated} frames but chunks carried {self.next_frame}")
         self.end = end

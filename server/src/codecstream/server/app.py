@@ -8,15 +8,14 @@ import pathlib
 
 import grpc
 import prometheus_client
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
-
 from codecstream.server.auth import BearerTokenInterceptor
 from codecstream.server.limits import ServerLimits
 from codecstream.server.metrics import Metrics
 from codecstream.server.service import SynthesisService
 from codecstream.server.source import CodeSource
 from codecstream.v1 import synthesis_pb2, synthesis_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,8 @@ class ServerOptions:
 class CodecStreamServer:
     """One gRPC server around one CodeSource. `await start()`, then `await stop()`."""
 
-    def __init__(self, source: CodeSource, options: ServerOptions = ServerOptions()) -> None:
-        self.options = options
+    def __init__(self, source: CodeSource, options: ServerOptions | None = None) -> None:
+        self.options = options = options or ServerOptions()
         self.metrics = Metrics()
         self.service = SynthesisService(source, options.limits, self.metrics)
         self.health: health.aio.HealthServicer | None = None

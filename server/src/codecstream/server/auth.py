@@ -75,4 +75,6 @@ def _refusal_like(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMetho
         (True, True): grpc.stream_stream_rpc_method_handler,
     }[(handler.request_streaming, handler.response_streaming)]
     behaviour = refuse_streaming if handler.response_streaming else refuse
-    return make(behaviour, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+    return make(
+        behaviour, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )

@@ -27,10 +27,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="codecstream-server", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="Qwen3-TTS checkpoint: a local directory or a hub id")
-    source.add_argument("--replay", type=pathlib.Path, metavar="CODES_FILE", help="serve a recorded .npy/.npz codes file")
-    parser.add_argument("--deploy-config", type=pathlib.Path, help="vLLM-Omni deploy YAML (default: the talker-only one for this machine)")
-    parser.add_argument("--replay-fps", type=float, default=12.5, help="replay pace in frames per second; 0: as fast as possible")
-    parser.add_argument("--replay-checkpoint", type=pathlib.Path, help="checkpoint whose decoder digest replayed streams announce")
+    source.add_argument(
+        "--replay", type=pathlib.Path, metavar="CODES_FILE", help="serve a recorded .npy/.npz codes file"
+    )
+    parser.add_argument(
+        "--deploy-config",
+        type=pathlib.Path,
+        help="vLLM-Omni deploy YAML (default: the talker-only one for this machine)",
+    )
+    parser.add_argument(
+        "--replay-fps", type=float, default=12.5, help="replay pace in frames per second; 0: as fast as possible"
+    )
+    parser.add_argument(
+        "--replay-checkpoint", type=pathlib.Path, help="checkpoint whose decoder digest replayed streams announce"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=int, default=50051, help="gRPC port (default 50051; 0 picks a free one)")
     parser.add_argument("--tls-cert", type=pathlib.Path, help="PEM certificate chain; enables TLS with --tls-key")
@@ -39,10 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     parser.add_argument("--max-text-chars", type=int, default=ServerLimits.max_text_chars)
     parser.add_argument("--max-frames", type=int, default=ServerLimits.max_frames)
-    parser.add_argument("--max-streams", type=int, default=ServerLimits.max_concurrent_streams, help="concurrent streams")
-    parser.add_argument("--rate-limit", type=int, default=0, metavar="PER_MINUTE", help="streams per client per minute (0: off)")
+    parser.add_argument(
+        "--max-streams", type=int, default=ServerLimits.max_concurrent_streams, help="concurrent streams"
+    )
+    parser.add_argument(
+        "--rate-limit", type=int, default=0, metavar="PER_MINUTE", help="streams per client per minute (0: off)"
+    )
     parser.add_argument("--resume-window", type=float, default=ServerLimits.resume_window_s, metavar="SECONDS")
-    parser.add_argument("--chunking", default=",".join(map(str, ChunkSchedule().sizes)), help="default chunk sizes, e.g. 2,4,8,16,25")
+    parser.add_argument(
+        "--chunking", default=",".join(map(str, ChunkSchedule().sizes)), help="default chunk sizes, e.g. 2,4,8,16,25"
+    )
     parser.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--port-file", type=pathlib.Path, help="write the bound port here once serving (for scripts)")
     parser.add_argument("--log-level", default="INFO")

@@ -24,7 +24,7 @@ class ServerLimits:
     #: Sent chunks a resumable stream keeps for Resume beyond the last Ack.
     resume_retained_chunks: int = 512
     #: Chunking when Start.chunking is unset.
-    default_chunking: ChunkSchedule = ChunkSchedule()
+    default_chunking: ChunkSchedule = dataclasses.field(default_factory=ChunkSchedule)
 
 
 class RateLimiter:

@@ -41,9 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
 from codecstream.server.random_text_tokenizer import build_tokenizer, write_text_tokenizer
+from safetensors.torch import load_file, save_file
 
 WEIGHTS_FILE = "model.safetensors"
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"

@@ -7,7 +7,6 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import numpy as np
-
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
 from codecstream.protocol.codes_file import CodesFile, load_codes_file
 from codecstream.protocol.digest import decoder_digest
@@ -33,7 +32,9 @@ UNKNOWN_DECODER_DIGEST = "sha256:" + "0" * 64
 
 
 class ReplayStream(CodeStream):
-    def __init__(self, codes: np.ndarray, reference_codes: np.ndarray, frames_per_second: float, owner: ReplaySource) -> None:
+    def __init__(
+        self, codes: np.ndarray, reference_codes: np.ndarray, frames_per_second: float, owner: ReplaySource
+    ) -> None:
         self._codes = codes
         self.reference_codes = reference_codes
         self._interval = 1.0 / frames_per_second if frames_per_second > 0 else 0.0
@@ -83,7 +84,10 @@ class ReplaySource(CodeSource):
 
     @classmethod
     def from_file(
-        cls, path: pathlib.Path | str, frames_per_second: float = FRAMES_PER_SECOND, checkpoint: pathlib.Path | str | None = None
+        cls,
+        path: pathlib.Path | str,
+        frames_per_second: float = FRAMES_PER_SECOND,
+        checkpoint: pathlib.Path | str | None = None,
     ) -> ReplaySource:
         """Replay `path`; with `checkpoint`, announce that checkpoint's decoder digest."""
         digest = decoder_digest(checkpoint) if checkpoint else UNKNOWN_DECODER_DIGEST
@@ -103,7 +107,9 @@ class ReplaySource(CodeSource):
 
     async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
         self._live += 1
-        reference = self.recording.reference_codes if request.task_type is TaskType.BASE else self.recording.reference_codes[:0]
+        reference = (
+            self.recording.reference_codes if request.task_type is TaskType.BASE else self.recording.reference_codes[:0]
+        )
         return ReplayStream(self.recording.codes, reference, self.frames_per_second, self)
 
     async def live_requests(self) -> int:

@@ -15,7 +15,11 @@ TASK_TYPES = {
     pb.TASK_TYPE_VOICE_DESIGN: TaskType.VOICE_DESIGN,
     pb.TASK_TYPE_BASE: TaskType.BASE,
 }
-TASK_TYPE_ENUMS = {TaskType.CUSTOM_VOICE: pb.TASK_TYPE_CUSTOM_VOICE, TaskType.VOICE_DESIGN: pb.TASK_TYPE_VOICE_DESIGN, TaskType.BASE: pb.TASK_TYPE_BASE}
+TASK_TYPE_ENUMS = {
+    TaskType.CUSTOM_VOICE: pb.TASK_TYPE_CUSTOM_VOICE,
+    TaskType.VOICE_DESIGN: pb.TASK_TYPE_VOICE_DESIGN,
+    TaskType.BASE: pb.TASK_TYPE_BASE,
+}
 MAX_CLIENT_REQUEST_ID_BYTES = 128
 
 
@@ -42,7 +46,8 @@ def parse_start(start: pb.Start, source: CodeSource, limits: ServerLimits) -> tu
     served = source.supported_task_types()
     if task not in served:
         names = ", ".join(pb.TaskType.Name(TASK_TYPE_ENUMS[t]).removeprefix("TASK_TYPE_") for t in served)
-        raise _invalid(f"task type {pb.TaskType.Name(TASK_TYPE_ENUMS[task]).removeprefix('TASK_TYPE_')} is not served by this model (it serves {names})")
+        name = pb.TaskType.Name(TASK_TYPE_ENUMS[task]).removeprefix("TASK_TYPE_")
+        raise _invalid(f"task type {name} is not served by this model (it serves {names})")
     has_reference = bool(start.reference_audio.audio)
     if task is TaskType.BASE and not has_reference:
         raise _invalid("task type BASE (voice clone) needs reference_audio.audio")

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 import grpc
-
 from codecstream.server import __version__
 from codecstream.server.auth import bearer_token, token_identity
 from codecstream.server.limits import RateLimiter, ServerLimits
@@ -28,13 +27,15 @@ class ProtocolViolation(Exception):
 
 
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
-    def __init__(self, source: CodeSource, limits: ServerLimits = ServerLimits(), metrics: Metrics | None = None) -> None:
+    def __init__(self, source: CodeSource, limits: ServerLimits | None = None, metrics: Metrics | None = None) -> None:
+        limits = limits or ServerLimits()
         self.source = source
         self.limits = limits
         self.metrics = metrics or Metrics()
         self.sessions: dict[str, StreamSession] = {}
         self._rate_limiter = RateLimiter(limits.streams_per_client_per_minute)
         self._draining = False
+        self._background: set[asyncio.Task] = set()
 
     # -- unary -------------------------------------------------------------------------------
 
@@ -53,24 +54,32 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def ListVoices(self, request: pb.ListVoicesRequest, context) -> pb.ListVoicesResponse:
         return pb.ListVoicesResponse(
-            voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in self.source.voices()]
+            voices=[
+                pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in self.source.voices()
+            ]
         )
 
     # -- streaming ---------------------------------------------------------------------------
 
-    async def Synthesize(self, request_iterator, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SynthesizeResponse]:
+    async def Synthesize(
+        self, request_iterator, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SynthesizeResponse]:
         requests = request_iterator.__aiter__()
         try:
             first = await anext(requests)
         except StopAsyncIteration:
-            await self._reject(context, "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message")
+            await self._reject(
+                context, "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
+            )
         kind = first.WhichOneof("kind")
         if kind == "start":
             session, first_seq = await self._open(first.start, context)
         elif kind == "resume":
             session, first_seq = await self._resume(first.resume, context)
         else:
-            await self._reject(context, "INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'an empty message'}")
+            await self._reject(
+                context, "INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'an empty message'}"
+            )
 
         violation: list[str] = []
         violated = asyncio.Event()
@@ -103,7 +112,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         active = sum(1 for s in self.sessions.values() if not s.finished)
         if active >= self.limits.max_concurrent_streams:
             await self._reject(
-                context, "RESOURCE_EXHAUSTED", f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams"
+                context,
+                "RESOURCE_EXHAUSTED",
+                f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
             )
         client = self._client_identity(context)
         wait_s = self._rate_limiter.try_acquire(client)
@@ -111,7 +122,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             await self._reject(
                 context,
                 "RESOURCE_EXHAUSTED",
-                f"client {client} exceeded {self.limits.streams_per_client_per_minute} streams per minute; retry in {wait_s:.1f} s",
+                f"client {client} exceeded {self.limits.streams_per_client_per_minute} streams per minute; "
+                f"retry in {wait_s:.1f} s",
             )
         stream_id = uuid.uuid4().hex
         try:
@@ -133,15 +145,23 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         session.start(self.source.codec)
         self.metrics.started.inc()
         self.metrics.active.set(len(self.sessions))
-        log.info("stream %s started (client_request_id=%r, %d chars)", stream_id, start.client_request_id, len(request.text))
+        log.info(
+            "stream %s started (client_request_id=%r, %d chars)", stream_id, start.client_request_id, len(request.text)
+        )
         return session, 0
 
     async def _resume(self, resume: pb.Resume, context) -> tuple[StreamSession, int]:
         session = self.sessions.get(resume.stream_id)
         if session is None or not session.resumable:
-            await self._reject(context, "NOT_FOUND", f"no resumable stream {resume.stream_id!r} on this server (expired, finished or never resumable)")
+            await self._reject(
+                context,
+                "NOT_FOUND",
+                f"no resumable stream {resume.stream_id!r} on this server (expired, finished or never resumable)",
+            )
         if session.attached:
-            await self._reject(context, "FAILED_PRECONDITION", f"stream {resume.stream_id} is still attached to another connection")
+            await self._reject(
+                context, "FAILED_PRECONDITION", f"stream {resume.stream_id} is still attached to another connection"
+            )
         last = resume.last_acked_seq if resume.HasField("last_acked_seq") else None
         try:
             first_seq = session.check_resume(last)
@@ -154,7 +174,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         log.info("stream %s resumed from seq %d", session.stream_id, first_seq)
         return session, first_seq
 
-    async def _read_control(self, requests, session: StreamSession, violation: list[str], violated: asyncio.Event) -> None:
+    async def _read_control(
+        self, requests, session: StreamSession, violation: list[str], violated: asyncio.Event
+    ) -> None:
         """Apply Cancel and Ack as they arrive; a forbidden message ends the call with INVALID_ARGUMENT."""
         try:
             async for message in requests:
@@ -164,7 +186,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 elif kind == "ack":
                     session.acknowledge(message.ack.seq)
                 else:
-                    raise ProtocolViolation(f"{kind or 'empty message'} after the first message: only cancel and ack may follow")
+                    raise ProtocolViolation(
+                        f"{kind or 'empty message'} after the first message: only cancel and ack may follow"
+                    )
         except ProtocolViolation as error:
             violation.append(str(error))
             await session.interrupt(violated)
@@ -179,7 +203,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             if not session.attached:
                 self._forget(session)
 
-        asyncio.ensure_future(stop_and_forget())
+        task = asyncio.ensure_future(stop_and_forget())
+        # The loop keeps only weak references to tasks: hold it until it is done.
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _forget(self, session: StreamSession) -> None:
         self.sessions.pop(session.stream_id, None)
@@ -209,8 +236,11 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 break
             await asyncio.sleep(0.05)
         await asyncio.gather(
-            *(s.stop(pb.END_REASON_ERROR, "server shutting down") for s in list(self.sessions.values()) if not s.finished)
+            *(
+                s.stop(pb.END_REASON_ERROR, "server shutting down")
+                for s in list(self.sessions.values())
+                if not s.finished
+            )
         )
         with contextlib.suppress(Exception):
             await self.source.close()
-

@@ -16,13 +16,12 @@ import time
 from collections.abc import AsyncIterator
 
 import numpy as np
-from google.protobuf import timestamp_pb2
-
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.server.metrics import Metrics
 from codecstream.server.source import CodeStream, StopReason
 from codecstream.v1 import synthesis_pb2 as pb
+from google.protobuf import timestamp_pb2
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +199,8 @@ class StreamSession:
         wanted = 0 if last_acked_seq is None else last_acked_seq + 1
         if wanted > self._next_seq:
             raise ResumeUnavailable(
-                "OUT_OF_RANGE", f"stream {self.stream_id} has sent seq 0..{self._next_seq - 1}, cannot resume after {last_acked_seq}"
+                "OUT_OF_RANGE",
+                f"stream {self.stream_id} has sent seq 0..{self._next_seq - 1}, cannot resume after {last_acked_seq}",
             )
         oldest = self._chunks[0].seq if self._chunks else self._next_seq
         if wanted < oldest:
@@ -217,7 +217,7 @@ class StreamSession:
         while True:
             async with self._changed:
                 await self._changed.wait_for(
-                    lambda: self._next_seq > next_seq or self.end is not None or interrupted.is_set()
+                    lambda after=next_seq: self._next_seq > after or self.end is not None or interrupted.is_set()
                 )
                 if interrupted.is_set():
                     return

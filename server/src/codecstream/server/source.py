@@ -13,7 +13,6 @@ import enum
 from collections.abc import AsyncIterator
 
 import numpy as np
-
 from codecstream.v1 import codec_pb2
 
 
@@ -112,6 +111,7 @@ class CodeSource(abc.ABC):
 
     async def start(self) -> None:
         """Load the model and warm up; called once before serving."""
+        return None
 
     async def live_requests(self) -> int:
         """Requests still holding generator resources (for leak checks and metrics)."""
@@ -119,3 +119,4 @@ class CodeSource(abc.ABC):
 
     async def close(self) -> None:
         """Release the generator (engine shutdown)."""
+        return None

@@ -10,16 +10,15 @@ from __future__ import annotations
 def register_talker_only_pipeline() -> None:
     # Imports stay inside: this module is imported by vLLM-Omni's plugin loader before the engine
     # has configured itself, and importing model code at that point would do work in every process.
-    from vllm.model_executor.models import ModelRegistry
-    from vllm_omni.config.pipeline_registry import OMNI_PIPELINES, register_pipeline
-    from vllm_omni.model_executor.models.registry import OmniModelRegistry
-
     from codecstream.server.engine.pipeline import (
         PIPELINE_NAME,
         TALKER_ARCH,
         TALKER_CLASS_PATH,
         TALKER_ONLY_PIPELINE,
     )
+    from vllm.model_executor.models import ModelRegistry
+    from vllm_omni.config.pipeline_registry import OMNI_PIPELINES, register_pipeline
+    from vllm_omni.model_executor.models.registry import OmniModelRegistry
 
     # vLLM's ModelConfig validates the architecture against vLLM's global registry, vLLM-Omni's
     # stage configs resolve it through its own: the talker must be known to both.

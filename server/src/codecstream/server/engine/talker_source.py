@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from codecstream.server.engine.checkpoint_info import (
     AUTO_LANGUAGE,
     CheckpointInfo,
@@ -173,9 +172,7 @@ class VllmTalkerSource(CodeSource):
         if task is TaskType.CUSTOM_VOICE:
             return SynthesisRequest(text="Warm up.", voice=sorted(self.checkpoint.voices)[0], seed=0, max_frames=2)
         if task is TaskType.VOICE_DESIGN:
-            return SynthesisRequest(
-                text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2
-            )
+            return SynthesisRequest(text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2)
         return SynthesisRequest(
             text="Warm up.",
             task_type=task,
