@@ -190,8 +190,8 @@ def bench_engine(args: argparse.Namespace) -> dict:
 
     from codecstream.server.engine.deploy_config import default_deploy_config
     from codecstream.server.engine.talker_source import VllmTalkerSource
-    from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint
     from codecstream.server.source import SynthesisRequest
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
     checkpoint = args.checkpoint or ROOT / ".cache" / "bench-checkpoints" / f"qwen3-tts-{args.preset}"
     if not (checkpoint / "config.json").is_file():

@@ -38,7 +38,7 @@ BLOCK_S = 0.02
 
 def build_checkpoint(talker: str, decoder_size: str) -> pathlib.Path:
     """A random Qwen3-TTS checkpoint: `talker` shape, speech-tokenizer decoder of `decoder_size`."""
-    from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint, write_speech_tokenizer_with_encoder
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint, write_speech_tokenizer_with_encoder
 
     path = CACHE / f"talker-{talker}-decoder-{decoder_size}"
     if not (path / "speech_tokenizer" / "model.safetensors").exists():

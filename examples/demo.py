@@ -76,7 +76,7 @@ def main() -> int:
 
     step("1/5 random-weight Qwen3-TTS checkpoint (tiny talker, official layout)")
     if not (checkpoint / "speech_tokenizer" / "model.safetensors").exists():
-        run(str(BIN / "python"), "-m", "codecstream.server.random_checkpoint", str(checkpoint), "--preset", "tiny")
+        run(str(BIN / "python"), "-m", "codecstream.testing.random_checkpoint", str(checkpoint), "--preset", "tiny")
     else:
         print(f"   reusing {checkpoint}")
 

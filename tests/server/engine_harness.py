@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 from codecstream.server.engine.talker_source import VllmTalkerSource
-from codecstream.server.random_checkpoint import write_qwen3_tts_checkpoint
 from codecstream.server.source import CodeStream, SynthesisRequest
+from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
 from tests.conftest import EventLoopThread
 

@@ -7,12 +7,13 @@ import json
 
 import pytest
 from codecstream.protocol import decoder_digest
-from codecstream.server.random_checkpoint import (
+from codecstream.testing.random_checkpoint import (
     PRESETS,
     eos_logit_weight,
+    qwen3_tts_config,
     write_qwen3_tts_checkpoint,
 )
-from codecstream.server.random_text_tokenizer import SPECIAL_TOKENS
+from codecstream.testing.random_text_tokenizer import SPECIAL_TOKENS, WHOLE_WORDS
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
@@ -44,25 +45,25 @@ def test_the_directory_has_the_official_files(tiny):
         assert (tiny / name).is_file(), name
 
 
-def test_config_names_the_talker_and_the_real_special_ids(tiny):
-    config = json.loads((tiny / "config.json").read_text())
-    assert config["model_type"] == "qwen3_tts" and config["architectures"] == ["Qwen3TTSForConditionalGeneration"]
-    assert config["tts_model_type"] == "custom_voice"
-    special = (config["im_start_token_id"], config["tts_pad_token_id"], config["tts_eos_token_id"])
-    assert special == (151644, 151671, 151673)
-    talker = config["talker_config"]
-    assert talker["codec_eos_token_id"] == 2150 and talker["codec_language_id"]["english"] == 2050
-    assert talker["spk_id"]["ryan"] == 3061 and talker["code_predictor_config"]["vocab_size"] == 2048
-    # vLLM's CPU attention needs head_dim >= 64, even in the tiny model.
+def test_config_json_is_the_release_like_config_of_the_preset(tiny):
+    # tests/testing/test_release_config.py compares that config with the release's.
+    assert json.loads((tiny / "config.json").read_text()) == qwen3_tts_config(PRESETS["tiny"], "custom_voice")
+
+
+def test_even_the_tiny_talker_has_the_head_dim_vllm_cpu_attention_needs(tiny):
+    talker = json.loads((tiny / "config.json").read_text())["talker_config"]
     assert talker["head_dim"] >= 64 and talker["code_predictor_config"]["head_dim"] >= 64
 
 
-def test_text_tokenizer_keeps_special_tokens_on_their_real_ids(tiny):
+def test_text_tokenizer_keeps_special_tokens_and_chat_template_words_on_their_real_ids(tiny):
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
     for token_id, token in SPECIAL_TOKENS.items():
         assert tokenizer.convert_tokens_to_ids(token) == token_id
+    for word, token_id in WHOLE_WORDS.items():
+        assert tokenizer(f"<|im_start|>{word}\n")["input_ids"] == [151644, token_id, 198]
+    config = json.loads((tiny / "config.json").read_text())
+    assert tokenizer.convert_tokens_to_ids("assistant") == config["assistant_token_id"] == 77091
     ids = tokenizer("<|im_start|>assistant\nHi there<|im_end|>\n")["input_ids"]
-    assert ids[:3] == [151644, tokenizer.convert_tokens_to_ids("assistant"), tokenizer.convert_tokens_to_ids("Ċ")]
     assert tokenizer.decode(ids) == "<|im_start|>assistant\nHi there<|im_end|>\n"
 
 

@@ -3,13 +3,16 @@
 vLLM-Omni's talker builds its prompt from the real special-token ids (`<|im_start|>` 151644,
 `<tts_pad>` 151671, ...) found in config.json, and counts prompt positions with the text
 tokenizer, so the stand-in must put every special token on its real id and must turn the
-chat-template words ("assistant", "user", "system") into one token each, as Qwen's vocabulary
-does. Everything else is a plain byte-level BPE: the 256 byte symbols, the merges that spell
-those words, then filler entries up to id 151642 that no merge can ever produce.
+chat-template words ("assistant", "user", "system") into one token each, on Qwen's ids (the
+release's config.json names "assistant" by its id, 77091). Everything else is a plain byte-level
+BPE: the 256 byte symbols in Qwen's (GPT-2's) id order, so "\n" is 198 as in the real vocabulary,
+the merges that spell those words, then filler entries on every other id below 151643 that no
+merge can ever produce.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -51,8 +54,8 @@ SPECIAL_TOKENS: dict[int, str] = {
     151674: "<tts_text_bos_single>",
 }
 FIRST_SPECIAL_ID = min(SPECIAL_TOKENS)
-#: Words the chat template needs as single tokens (Qwen's vocabulary has each as one entry).
-WHOLE_WORDS = ("assistant", "user", "system")
+#: Words the chat template needs as single tokens, on their ids in Qwen's vocabulary.
+WHOLE_WORDS: dict[str, int] = {"system": 8948, "user": 872, "assistant": 77091}
 #: Qwen2's pre-tokenizer split (digits one by one, words with a leading space, punctuation runs).
 _QWEN_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -61,33 +64,29 @@ _QWEN_SPLIT = (
 
 
 def _byte_symbols() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
+    """GPT-2's printable stand-ins for the 256 byte values, in its (and Qwen's) vocabulary order:
+    the printable bytes as themselves, then the others remapped to U+0100 onwards, in byte order."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     printable += list(range(ord("®"), ord("ÿ") + 1))
-    symbols = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in symbols:
-            symbols[b] = chr(256 + extra)
-            extra += 1
-    return [symbols[b] for b in range(256)]
+    others = [b for b in range(256) if b not in printable]
+    return [chr(b) for b in printable] + [chr(256 + n) for n in range(len(others))]
 
 
 def build_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     vocab: dict[str, int] = {symbol: i for i, symbol in enumerate(_byte_symbols())}
     merges: list[tuple[str, str]] = []
-    for word in WHOLE_WORDS:
+    # The prefixes a word's merges pass through take the first ids after the bytes.
+    free_ids = (i for i in itertools.count(len(vocab)) if i not in WHOLE_WORDS.values())
+    for word, word_id in WHOLE_WORDS.items():
         for end in range(2, len(word) + 1):
-            left, right = word[: end - 1], word[end - 1]
             if word[:end] not in vocab:
-                merges.append((left, right))
-                vocab[word[:end]] = len(vocab)
-    # Fillers keep the special tokens on their real ids; no merge produces them.
-    filler = 0
-    while len(vocab) < FIRST_SPECIAL_ID:
-        vocab[f"<|filler_{filler}|>"] = len(vocab)
-        filler += 1
-    return vocab, merges
+                merges.append((word[: end - 1], word[end - 1]))
+                vocab[word[:end]] = word_id if end == len(word) else next(free_ids)
+    # Fillers keep the words and the special tokens on their real ids; no merge produces them.
+    taken = set(vocab.values())
+    for filler, token_id in enumerate(i for i in range(FIRST_SPECIAL_ID) if i not in taken):
+        vocab[f"<|filler_{filler}|>"] = token_id
+    return dict(sorted(vocab.items(), key=lambda entry: entry[1])), merges
 
 
 def build_tokenizer() -> Tokenizer:
@@ -100,6 +99,9 @@ def build_tokenizer() -> Tokenizer:
         ]
     )
     tokenizer.decoder = decoders.ByteLevel()
+    for word, word_id in WHOLE_WORDS.items():
+        if tokenizer.encode(word).ids != [word_id]:
+            raise AssertionError(f"{word!r} is not the single token {word_id}")
     for token_id in sorted(SPECIAL_TOKENS):
         added = tokenizer.add_special_tokens([SPECIAL_TOKENS[token_id]])
         if added != 1 or tokenizer.token_to_id(SPECIAL_TOKENS[token_id]) != token_id:

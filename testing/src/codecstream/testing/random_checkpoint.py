@@ -4,8 +4,10 @@ No model hub is reachable here, so the server is tested on checkpoints built fro
 directory is what a released Qwen3-TTS-12Hz model looks like, and what vLLM-Omni's loading code
 reads:
 
-    config.json              model_type qwen3_tts, talker_config (spk_id, codec ids, languages),
-                             code_predictor_config, speaker_encoder_config, the real special ids
+    config.json              the release's config.json (tests/data/ holds the 0.6B CustomVoice one):
+                             its special ids, speakers, dialect voices and languages in the
+                             released order; the sizes of the preset; speaker_encoder_config for
+                             the Base variant only
     model.safetensors        talker.model.*, talker.codec_head, talker.text_projection.*,
                              talker.code_predictor.* (q/k/v and gate/up stored split, as HF does);
                              speaker_encoder.* for the Base variant; bfloat16 like the release
@@ -28,7 +30,7 @@ uniformly random, which is all the tests need of them.
 
 The same (preset, variant, seed, mean_frames) always writes the same bytes.
 
-    python -m codecstream.server.random_checkpoint OUT --preset tiny|0.6b [--variant custom_voice]
+    python -m codecstream.testing.random_checkpoint OUT --preset tiny|0.6b [--variant custom_voice]
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from codecstream.server.random_text_tokenizer import build_tokenizer, write_text_tokenizer
+from codecstream.testing.random_text_tokenizer import WHOLE_WORDS, write_text_tokenizer
 from safetensors.torch import load_file, save_file
 
 WEIGHTS_FILE = "model.safetensors"
@@ -58,29 +60,39 @@ CODEC_IDS = {
     "codec_think_bos_id": 2156,
     "codec_think_eos_id": 2157,
 }
+# The release's languages, in its order, then the two dialects its dialect voices switch to.
 LANGUAGE_IDS = {
-    "english": 2050,
-    "german": 2052,
-    "spanish": 2054,
     "chinese": 2055,
-    "japanese": 2058,
-    "french": 2061,
-    "korean": 2064,
-    "russian": 2069,
+    "english": 2050,
+    "german": 2053,
     "italian": 2070,
+    "portuguese": 2071,
+    "spanish": 2054,
+    "japanese": 2058,
+    "korean": 2064,
+    "french": 2061,
+    "russian": 2069,
 }
-# The CustomVoice release's preset speakers and their codec-vocabulary token ids.
+DIALECT_IDS = {
+    "beijing_dialect": 2074,
+    "sichuan_dialect": 2062,
+}
+# The CustomVoice release's preset speakers and their codec-vocabulary token ids, in its order:
+# vLLM-Omni's speech API takes the first as the default voice.
 SPEAKER_IDS = {
-    "aiden": 2861,
-    "sohee": 2864,
-    "ono_anna": 2873,
-    "eric": 2875,
-    "dylan": 2878,
+    "serena": 3066,
+    "vivian": 3065,
     "uncle_fu": 3010,
     "ryan": 3061,
-    "vivian": 3065,
-    "serena": 3066,
+    "aiden": 2861,
+    "ono_anna": 2873,
+    "sohee": 2864,
+    "eric": 2875,
+    "dylan": 2878,
 }
+# The voices that speak a dialect: asked for Auto (or, in qwen-tts, Chinese), the talker takes the
+# dialect's language id instead.
+SPEAKER_DIALECTS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 # Top-level text-side ids of the release (Qwen's <|im_start|>, <|im_end|> and the TTS additions).
 TEXT_IDS = {
     "im_start_token_id": 151644,
@@ -170,10 +182,16 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def qwen3_tts_config(preset: Preset, variant: str, assistant_token_id: int) -> dict:
-    """The root config.json of a Qwen3-TTS-12Hz checkpoint of this shape and variant."""
+def qwen3_tts_config(preset: Preset, variant: str) -> dict:
+    """The root config.json of a Qwen3-TTS-12Hz checkpoint of this shape and variant, as released.
+
+    Left out are only the fields transformers adds to every config it saves (generation defaults,
+    label maps, export flags: tests/testing/test_release_config.py lists them); the loader reads
+    none of them from a Qwen3-TTS checkpoint. The release writes no dtype either: the deploy YAML
+    names it. Base and VoiceDesign have no preset voices, so no dialect voices and no dialects.
+    """
     talker, predictor = preset.talker, preset.code_predictor
-    rope = {"rope_type": "default", "mrope_section": list(preset.mrope_section), "interleaved": True}
+    custom_voice = variant == "custom_voice"
     talker_config = {
         "model_type": "qwen3_tts_talker",
         "vocab_size": TALKER_VOCAB_SIZE,
@@ -182,45 +200,65 @@ def qwen3_tts_config(preset: Preset, variant: str, assistant_token_id: int) -> d
         **_shape_fields(talker),
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
+        "initializer_range": 0.02,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000,
-        "rope_scaling": rope,
+        # "type" is the older spelling of "rope_type"; the release carries both.
+        "rope_scaling": {
+            "interleaved": True,
+            "mrope_section": list(preset.mrope_section),
+            "rope_type": "default",
+            "type": "default",
+        },
         "attention_bias": False,
+        "attention_dropout": 0,
         "use_sliding_window": False,
+        "sliding_window": None,
+        "use_cache": True,
         "num_code_groups": NUM_CODE_GROUPS,
         "position_id_per_seconds": 13,
         **CODEC_IDS,
-        "codec_language_id": dict(LANGUAGE_IDS),
-        "spk_id": dict(SPEAKER_IDS) if variant == "custom_voice" else {},
-        "spk_is_dialect": {name: False for name in SPEAKER_IDS} if variant == "custom_voice" else {},
+        "pad_token_id": CODEC_IDS["codec_pad_id"],
+        "codec_language_id": {**LANGUAGE_IDS, **DIALECT_IDS} if custom_voice else dict(LANGUAGE_IDS),
+        "spk_id": dict(SPEAKER_IDS) if custom_voice else {},
+        "spk_is_dialect": {name: SPEAKER_DIALECTS.get(name, False) for name in SPEAKER_IDS} if custom_voice else {},
         "code_predictor_config": {
             "model_type": "qwen3_tts_talker_code_predictor",
             "vocab_size": CODEBOOK_SIZE,
             **_shape_fields(predictor),
             "hidden_act": "silu",
             "max_position_embeddings": 65536,
+            "initializer_range": 0.02,
             "rms_norm_eps": 1e-6,
             "rope_theta": 1000000,
+            "rope_scaling": None,
             "attention_bias": False,
+            "attention_dropout": 0,
             "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": 28,
+            "layer_types": ["full_attention"] * predictor.num_hidden_layers,
+            "use_cache": True,
+            "tie_word_embeddings": False,
             "num_code_groups": NUM_CODE_GROUPS,
         },
     }
-    return {
+    config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
         "tts_model_size": preset.tts_model_size,
         "tts_model_type": variant,
-        "assistant_token_id": assistant_token_id,
+        "assistant_token_id": WHOLE_WORDS["assistant"],
         **TEXT_IDS,
-        "speaker_encoder_config": dict(preset.speaker_encoder),
         "talker_config": talker_config,
-        "dtype": "bfloat16",
         # The release's version stamp; transformers 5 also reads it to tell a Qwen tokenizer from a
         # Mistral one that needs its regex fixed (and warns without it).
         "transformers_version": "4.57.3",
     }
+    if variant == "base":
+        config["speaker_encoder_config"] = dict(preset.speaker_encoder)
+    return config
 
 
 def _shape_fields(shape: TransformerShape) -> dict:
@@ -373,8 +411,7 @@ def write_qwen3_tts_checkpoint(
     out_dir.mkdir(parents=True, exist_ok=True)
 
     write_text_tokenizer(out_dir)
-    assistant_token_id = build_tokenizer().token_to_id("assistant")
-    config = qwen3_tts_config(shape, variant, assistant_token_id)
+    config = qwen3_tts_config(shape, variant)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     tensors = talker_tensors(shape, seed, mean_frames if mean_frames is not None else shape.mean_frames)
@@ -388,7 +425,7 @@ def write_qwen3_tts_checkpoint(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m codecstream.server.random_checkpoint",
+        prog="python -m codecstream.testing.random_checkpoint",
         description="Write a complete random-weight Qwen3-TTS-12Hz checkpoint in the official layout.",
     )
     parser.add_argument("out_dir", type=Path, help="directory to write (created if missing)")
