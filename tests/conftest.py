@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import pathlib
 import threading
 from collections.abc import Callable, Iterator
 
@@ -17,6 +18,20 @@ from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+
+
+def reference_wav(seconds: float = 1.5, rate: int = 16_000, samples: np.ndarray | None = None) -> bytes:
+    """A WAV file to clone a voice from: a tone with a little noise, or exactly `samples` (float32)."""
+    import io
+
+    import soundfile
+
+    if samples is None:
+        t = np.arange(int(seconds * rate)) / rate
+        samples = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.default_rng(0).standard_normal(t.size)
+    out = io.BytesIO()
+    soundfile.write(out, np.asarray(samples, dtype=np.float32), rate, format="WAV", subtype="FLOAT")
+    return out.getvalue()
 
 
 class EventLoopThread:
@@ -61,7 +76,8 @@ class RunningServer:
 
 @pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
-    """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., **options)."""
+    """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,
+    **options). `source_class` lets a test inject a fault into a replay source."""
     started: list[RunningServer] = []
 
     def start(
@@ -70,11 +86,12 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         fps: float = 0.0,
         limits: ServerLimits | None = None,
         decoder_digest: str = UNKNOWN_DECODER_DIGEST,
+        source_class: type[ReplaySource] = ReplaySource,
         **options,
     ) -> RunningServer:
         codes = random_codes(60) if codes is None else codes
         recording = CodesFile(codes) if reference_codes is None else CodesFile(codes, reference_codes)
-        source = ReplaySource(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
+        source = source_class(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
         loop = EventLoopThread()
         server = CodecStreamServer(
             source, ServerOptions(port=0, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
@@ -114,3 +131,26 @@ def talker_engine(tmp_path_factory):
         yield engine
     finally:
         stop_talker_engine(engine)
+
+
+@dataclasses.dataclass
+class EngineServer:
+    target: str
+    checkpoint: pathlib.Path
+    engine: object
+    server: CodecStreamServer
+
+    def wait_for_no_live_requests(self, timeout: float = 15.0) -> int:
+        return self.engine.wait_for_no_live_requests(timeout)
+
+
+@pytest.fixture(scope="session")
+def engine_server(talker_engine):
+    """The real gRPC server around the shared talker engine, on a loopback port. It owns the
+    engine's source from here on: its teardown (at the end of the session) closes the engine."""
+    server = CodecStreamServer(talker_engine.source, ServerOptions(port=0, shutdown_grace_s=1.0))
+    port = talker_engine.run(server.start())
+    try:
+        yield EngineServer(f"127.0.0.1:{port}", talker_engine.checkpoint, talker_engine, server)
+    finally:
+        talker_engine.run(server.stop(grace_s=1.0), timeout=120)

@@ -13,7 +13,7 @@ from codecstream.decoder import decode_utterance, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 
-from tests.conftest import random_codes
+from tests.conftest import random_codes, reference_wav
 from tests.tcp_proxy import CuttableProxy
 
 
@@ -61,7 +61,7 @@ def test_voice_clone_reference_codes_prime_the_decoder_and_are_not_played(
     reference, codes = random_codes(12, seed=2), random_codes(30, seed=3)
     server = replay_server_factory(codes=codes, reference_codes=reference, decoder_digest=decoder_digest(checkpoint))
     with Client(server.target) as client:
-        pcm = pcm_of(client.synthesize("Hi.", decoder=decoder, task_type="Base", reference_audio=b"wav"))
+        pcm = pcm_of(client.synthesize("Hi.", decoder=decoder, task_type="Base", reference_audio=reference_wav()))
     assert len(pcm) == 30 * 1920
     expected = decode_utterance(reference_model, np.concatenate([reference, codes]))[12 * 1920 :]
     assert snr_db(expected, pcm) > 90

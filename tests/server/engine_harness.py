@@ -78,8 +78,10 @@ def start_talker_engine(checkpoint_dir: Path, variant: str = "custom_voice") -> 
     loop = EventLoopThread()
 
     async def create() -> VllmTalkerSource:
-        # Built on the loop's own thread: the engine's async side belongs to this loop.
-        return VllmTalkerSource.create(str(checkpoint_dir))
+        # Started on the loop's own thread: the engine's async side belongs to this loop.
+        source = VllmTalkerSource(str(checkpoint_dir))
+        await source.start()
+        return source
 
     try:
         source = loop.run(create(), timeout=600)

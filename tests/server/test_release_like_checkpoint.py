@@ -112,5 +112,7 @@ def test_dialect_voices_and_the_release_languages_generate_frames(talker_engine,
 def test_the_source_offers_the_release_voices_and_languages(talker_engine):
     source = talker_engine.source
     voices = {"serena", "vivian", "uncle_fu", "ryan", "aiden", "ono_anna", "sohee", "eric", "dylan"}
-    assert {voice.name for voice in source.voices()} == voices
-    assert source.languages()[0] == "Auto" and set(RELEASE_LANGUAGES) <= set(source.languages())
+    assert {voice.name for voice in source.offering.voices} == voices
+    assert source.offering.default_voice == "serena"
+    assert source.offering.languages[0] == "Auto" and set(RELEASE_LANGUAGES) <= set(source.offering.languages)
+    assert not [name for name in source.offering.languages if "Dialect" in name]

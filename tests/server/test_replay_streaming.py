@@ -5,7 +5,7 @@ from codecstream.client import Client
 from codecstream.protocol import ChunkSchedule
 from codecstream.v1 import synthesis_pb2 as pb
 
-from tests.conftest import random_codes
+from tests.conftest import random_codes, reference_wav
 
 
 def collect(stream) -> np.ndarray:
@@ -56,7 +56,7 @@ def test_voice_clone_header_carries_reference_codes(replay_server_factory):
     reference = random_codes(5, seed=3)
     server = replay_server_factory(reference_codes=reference)
     with Client(server.target) as client:
-        stream = client.stream_codes("Hi.", task_type="Base", reference_audio=b"RIFF....", reference_text="ref")
+        stream = client.stream_codes("Hi.", task_type="Base", reference_audio=reference_wav(), reference_text="ref")
         stream.open()
         np.testing.assert_array_equal(stream.reference_codes, reference)
         list(stream)

@@ -3,6 +3,7 @@
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,3 +71,59 @@ def test_replay_server_process_serves_and_shuts_down_on_sigterm(tmp_path):
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert "shutting down" in out
+
+
+def busy_port() -> socket.socket:
+    """A listening socket on a free loopback port (close it to free the port)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_a_busy_grpc_port_exits_1_with_one_line_naming_it(tmp_path):
+    codes = tmp_path / "c.npy"
+    save_codes_file(codes, random_codes(3))
+    with busy_port() as sock:
+        port = sock.getsockname()[1]
+        result = run_server("--replay", str(codes), "--port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"codecstream-server: error: cannot serve gRPC on 127.0.0.1:{port}: Address already in use"
+    ]
+
+
+def test_a_busy_metrics_port_exits_1_naming_the_metrics_port_not_the_grpc_one(tmp_path):
+    codes = tmp_path / "c.npy"
+    save_codes_file(codes, random_codes(3))
+    with busy_port() as sock:
+        port = sock.getsockname()[1]
+        result = run_server("--replay", str(codes), "--port", "0", "--metrics-port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"codecstream-server: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"
+    ]
+
+
+def test_a_model_directory_that_is_not_a_checkpoint_exits_1_with_one_line(tmp_path):
+    result = run_server("--model", str(tmp_path), timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"codecstream-server: error: {tmp_path} has no config.json: not a Qwen3-TTS checkpoint"
+    ]
+
+
+def test_a_missing_engine_exits_1_saying_how_to_install_it(tmp_path):
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+
+    checkpoint = write_qwen3_tts_checkpoint(tmp_path / "tiny", preset="tiny")
+    # The engine's absence, simulated: importing vllm_omni fails as it does where it is not installed.
+    code = (
+        "import sys; sys.modules['vllm_omni'] = None; from codecstream.server.cli import main; "
+        f"sys.exit(main(['--model', {str(checkpoint)!r}]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("codecstream-server: error: the vLLM-Omni engine is not installed")
+    assert "scripts/setup-dev-env" in lines[0]

@@ -3,14 +3,15 @@ stream carries those reference codes (the client's decoder context) before any f
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 import pytest
-import soundfile
+from codecstream.server.limits import ServerLimits
+from codecstream.server.reference_audio import decode_reference_audio
 from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
 
+from tests.conftest import reference_wav
 from tests.server.engine_harness import start_talker_engine, stop_talker_engine
 
 pytestmark = pytest.mark.engine
@@ -26,20 +27,13 @@ def base_engine(tmp_path_factory):
         stop_talker_engine(engine)
 
 
-def reference_wav(seconds: float, rate: int) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    samples = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.default_rng(0).standard_normal(t.size)
-    out = io.BytesIO()
-    soundfile.write(out, samples.astype(np.float32), rate, format="WAV")
-    return out.getvalue()
-
-
-def clone_request(reference_text: str, reference_audio: bytes | None = None) -> SynthesisRequest:
+def clone_request(reference_text: str, audio: bytes | None = None) -> SynthesisRequest:
+    reference = decode_reference_audio(reference_wav(1.5, 16_000) if audio is None else audio, ServerLimits())
     return SynthesisRequest(
         text="Say this in the reference voice.",
         task_type=TaskType.BASE,
         language="English",
-        reference_audio=reference_wav(1.5, 16_000) if reference_audio is None else reference_audio,
+        reference=reference,
         reference_text=reference_text,
         seed=1,
         max_frames=20,
@@ -68,20 +62,55 @@ def test_clone_without_a_transcript_uses_the_speaker_embedding_and_has_no_refere
     assert len(collected.codes) > 0
 
 
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"reference_audio": b"not audio at all"}, "reference_audio is not a readable WAV, FLAC or OGG file"),
-        ({"reference_audio": reference_wav(61, 8_000)}, "reference_audio lasts 61.0 s, longer than the 60 s allowed"),
-    ],
-)
-def test_unusable_reference_audio_is_rejected_as_invalid_argument(base_engine, fields, message):
-    with pytest.raises(RequestRejected) as rejected:
-        base_engine.run(base_engine.source.open(clone_request("Reference.", **fields), "bad-reference"))
-    assert rejected.value.status == "INVALID_ARGUMENT" and message in rejected.value.message
+def test_the_shortest_reference_the_server_accepts_is_one_the_engine_can_encode(base_engine):
+    shortest = ServerLimits().min_reference_audio_s
+    audio = reference_wav(samples=np.zeros(int(shortest * 24_000)), rate=24_000)
+    collected = base_engine.collect(clone_request("Short.", audio), "shortest-reference")
+    assert len(collected.codes) > 0
+    base_engine.run(base_engine.source.check_health())
 
 
 def test_a_base_checkpoint_serves_only_voice_clone(base_engine):
-    assert base_engine.source.supported_task_types() == [TaskType.BASE]
+    assert base_engine.source.offering.task_types == (TaskType.BASE,)
+    assert base_engine.source.offering.default_voice == ""
     with pytest.raises(RequestRejected, match="task type CustomVoice is not served by this model"):
         base_engine.run(base_engine.source.open(SynthesisRequest(text="Hi.", voice="ryan"), "custom-on-base"))
+
+
+@pytest.fixture(scope="module")
+def base_server(base_engine):
+    """The gRPC server around the Base engine (closing it closes the engine: module scope)."""
+    from codecstream.server.app import CodecStreamServer, ServerOptions
+
+    server = CodecStreamServer(base_engine.source, ServerOptions(port=0, shutdown_grace_s=1.0))
+    port = base_engine.run(server.start())
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        base_engine.run(server.stop(grace_s=1.0), timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("samples", "rate"),
+    [(np.zeros(1), 16_000), (np.zeros(1024), 24_000), (np.full(24_000, np.nan), 24_000)],
+    ids=["one-sample", "1024-samples-the-engine-dies-on", "all-nan"],
+)
+def test_reference_audio_that_would_kill_the_engine_is_refused_and_the_engine_keeps_serving(
+    base_engine, base_server, samples, rate
+):
+    import grpc
+    from codecstream.v1 import synthesis_pb2 as pb
+    from codecstream.v1 import synthesis_pb2_grpc
+
+    audio = reference_wav(samples=samples, rate=rate)
+    start = pb.Start(
+        text="Hi.", task_type=pb.TASK_TYPE_BASE, reference_audio=pb.ReferenceAudio(audio=audio, transcript="R.")
+    )
+    with grpc.insecure_channel(base_server) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(stub.Synthesize(iter([pb.SynthesizeRequest(start=start)]), timeout=60))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("reference_audio.audio ")
+    base_engine.run(base_engine.source.check_health())
+    assert len(base_engine.collect(clone_request("After."), "after-refusal").codes) > 0

@@ -12,6 +12,8 @@ from codecstream.v1 import synthesis_pb2
 #: 2 frames (160 ms) start audio early; the ramp then grows so that later chunks cost less per frame.
 DEFAULT_RAMP = (2, 4, 8, 16, 25)
 MAX_CHUNK_FRAMES = 250
+#: Entries a ChunkingPolicy.ramp_frames may hold (the contract's limit; a ramp needs only a few).
+MAX_RAMP_ENTRIES = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,8 @@ class ChunkSchedule:
     def from_policy(cls, policy: synthesis_pb2.ChunkingPolicy, default: ChunkSchedule | None = None) -> ChunkSchedule:
         """The schedule a ChunkingPolicy message asks for, taking unset parts from `default`."""
         default = default or cls()
+        if len(policy.ramp_frames) > MAX_RAMP_ENTRIES:
+            raise ChunkingError(f"ramp_frames has {len(policy.ramp_frames)} entries, the limit is {MAX_RAMP_ENTRIES}")
         first = policy.first_chunk_frames or default.sizes[0]
         ramp = tuple(policy.ramp_frames) or default.sizes[1:] or default.sizes
         return cls((first, *ramp))

@@ -198,7 +198,7 @@ class GetCodecInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCodecInfoResponse(_message.Message):
-    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms")
+    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms")
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,14 @@ class GetCodecInfoResponse(_message.Message):
     MAX_FRAMES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CHUNKING_FIELD_NUMBER: _ClassVar[int]
     RESUME_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INSTRUCTIONS_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REFERENCE_TRANSCRIPT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REFERENCE_AUDIO_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MIN_REFERENCE_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REFERENCE_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    STALLED_CLIENT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     codec: _codec_pb2.CodecSpec
     model: str
     server_version: str
@@ -217,17 +225,27 @@ class GetCodecInfoResponse(_message.Message):
     max_frames: int
     default_chunking: ChunkingPolicy
     resume_window_ms: int
-    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ...) -> None: ...
+    max_instructions_chars: int
+    max_reference_transcript_chars: int
+    max_reference_audio_bytes: int
+    min_reference_audio_ms: int
+    max_reference_audio_ms: int
+    max_request_bytes: int
+    first_message_timeout_ms: int
+    stalled_client_timeout_ms: int
+    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ListVoicesResponse(_message.Message):
-    __slots__ = ("voices",)
+    __slots__ = ("voices", "default_voice")
     VOICES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_VOICE_FIELD_NUMBER: _ClassVar[int]
     voices: _containers.RepeatedCompositeFieldContainer[Voice]
-    def __init__(self, voices: _Optional[_Iterable[_Union[Voice, _Mapping]]] = ...) -> None: ...
+    default_voice: str
+    def __init__(self, voices: _Optional[_Iterable[_Union[Voice, _Mapping]]] = ..., default_voice: _Optional[str] = ...) -> None: ...
 
 class Voice(_message.Message):
     __slots__ = ("name", "description", "languages")

@@ -29,15 +29,29 @@ class SynthesisServiceStub:
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 
-    Errors are gRPC statuses with a precise message:
-    INVALID_ARGUMENT     empty or oversized text, unknown voice, language or task type, bad values,
-    a first message that is not Start or Resume, a second Start.
-    FAILED_PRECONDITION  the client announced a decoder whose codec spec or digest does not match.
-    RESOURCE_EXHAUSTED   too many concurrent streams or requests from one client.
-    NOT_FOUND            Resume of a stream id the server no longer holds.
+    A call that is refused before its Header ends with a gRPC status whose message names the field
+    and the limit (client input is quoted only up to a short prefix). Every status the server
+    returns:
+    INVALID_ARGUMENT     a Start the contract or the limits refuse: empty or oversized text,
+    instructions, transcript or reference audio; an unknown voice, language or
+    task type; sampling values out of range; a prompt longer than the engine's
+    context. A message that does not parse (string fields must be UTF-8), a
+    first message that is not Start or Resume, an oversized Resume.stream_id.
+    FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
+    UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
+    shutting down: retry later or on another replica.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
+    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    ABORTED              a Resume of this stream on another call took it over.
+    INTERNAL             a server bug; the message names the id under which the server logged it.
     CANCELLED            the call itself was cancelled.
+    Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
+    failure) and the call closes with OK, except that a client message the contract forbids there
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
     """
 
     def __init__(self, channel):
@@ -67,15 +81,29 @@ class SynthesisServiceServicer:
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 
-    Errors are gRPC statuses with a precise message:
-    INVALID_ARGUMENT     empty or oversized text, unknown voice, language or task type, bad values,
-    a first message that is not Start or Resume, a second Start.
-    FAILED_PRECONDITION  the client announced a decoder whose codec spec or digest does not match.
-    RESOURCE_EXHAUSTED   too many concurrent streams or requests from one client.
-    NOT_FOUND            Resume of a stream id the server no longer holds.
+    A call that is refused before its Header ends with a gRPC status whose message names the field
+    and the limit (client input is quoted only up to a short prefix). Every status the server
+    returns:
+    INVALID_ARGUMENT     a Start the contract or the limits refuse: empty or oversized text,
+    instructions, transcript or reference audio; an unknown voice, language or
+    task type; sampling values out of range; a prompt longer than the engine's
+    context. A message that does not parse (string fields must be UTF-8), a
+    first message that is not Start or Resume, an oversized Resume.stream_id.
+    FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
+    UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
+    shutting down: retry later or on another replica.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
+    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    ABORTED              a Resume of this stream on another call took it over.
+    INTERNAL             a server bug; the message names the id under which the server logged it.
     CANCELLED            the call itself was cancelled.
+    Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
+    failure) and the call closes with OK, except that a client message the contract forbids there
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
     """
 
     def Synthesize(self, request_iterator, context):
@@ -130,15 +158,29 @@ class SynthesisService:
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 
-    Errors are gRPC statuses with a precise message:
-    INVALID_ARGUMENT     empty or oversized text, unknown voice, language or task type, bad values,
-    a first message that is not Start or Resume, a second Start.
-    FAILED_PRECONDITION  the client announced a decoder whose codec spec or digest does not match.
-    RESOURCE_EXHAUSTED   too many concurrent streams or requests from one client.
-    NOT_FOUND            Resume of a stream id the server no longer holds.
+    A call that is refused before its Header ends with a gRPC status whose message names the field
+    and the limit (client input is quoted only up to a short prefix). Every status the server
+    returns:
+    INVALID_ARGUMENT     a Start the contract or the limits refuse: empty or oversized text,
+    instructions, transcript or reference audio; an unknown voice, language or
+    task type; sampling values out of range; a prompt longer than the engine's
+    context. A message that does not parse (string fields must be UTF-8), a
+    first message that is not Start or Resume, an oversized Resume.stream_id.
+    FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
+    UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
+    shutting down: retry later or on another replica.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
+    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    ABORTED              a Resume of this stream on another call took it over.
+    INTERNAL             a server bug; the message names the id under which the server logged it.
     CANCELLED            the call itself was cancelled.
+    Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
+    failure) and the call closes with OK, except that a client message the contract forbids there
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
     """
 
     @staticmethod

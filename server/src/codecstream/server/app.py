@@ -1,25 +1,55 @@
-"""Assembles a serving process: the SynthesisService, health, reflection, TLS, auth, metrics."""
+"""Assembles a serving process: the SynthesisService, health, reflection, TLS, auth, metrics, and
+the supervisor that keeps the code source serving."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import pathlib
+import socket
 
 import grpc
 import prometheus_client
 from codecstream.server.auth import BearerTokenInterceptor
+from codecstream.server.handlers import SERVICE_NAME, synthesis_handler
 from codecstream.server.limits import ServerLimits
 from codecstream.server.metrics import Metrics
 from codecstream.server.service import SynthesisService
 from codecstream.server.source import CodeSource
-from codecstream.v1 import synthesis_pb2, synthesis_pb2_grpc
+from codecstream.server.supervisor import RestartPolicy, SourceState, SourceSupervisor
+from codecstream.v1 import synthesis_pb2 as pb
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = synthesis_pb2.DESCRIPTOR.services_by_name["SynthesisService"].full_name
+
+class BindError(OSError):
+    """A port the server could not listen on; the message names which and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Keepalive:
+    """HTTP/2 keepalive: the server pings an idle connection every `time_s` and drops it when no
+    answer comes within `timeout_s`, so a dead peer (a half-open connection) is noticed within
+    `time_s + timeout_s` and its stream is treated as disconnected."""
+
+    time_s: float = 20.0
+    timeout_s: float = 10.0
+    #: Clients may ping this often (an idle channel's own keepalive) without being refused.
+    client_min_interval_s: float = 5.0
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.keepalive_time_ms", int(self.time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.timeout_s * 1000)),
+            # The keepalive ping is acked under the general ping timeout (60 s by default), not
+            # keepalive_timeout_ms alone (measured with grpcio 1.8x): set both.
+            ("grpc.http2.ping_timeout_ms", int(self.timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(self.client_min_interval_s * 1000)),
+        ]
 
 
 @dataclasses.dataclass
@@ -32,17 +62,24 @@ class ServerOptions:
     #: Port of the Prometheus /metrics endpoint; None: not served.
     metrics_port: int | None = None
     limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
+    keepalive: Keepalive = dataclasses.field(default_factory=Keepalive)
+    restart_policy: RestartPolicy = dataclasses.field(default_factory=RestartPolicy)
     #: On shutdown, running streams get this long to finish before End(ERROR).
     shutdown_grace_s: float = 10.0
 
 
 class CodecStreamServer:
-    """One gRPC server around one CodeSource. `await start()`, then `await stop()`."""
+    """One gRPC server around one CodeSource, which it owns: `await start()`, then `await stop()`.
+
+    start() binds first (health NOT_SERVING, new streams UNAVAILABLE) and then starts the source,
+    so a busy port costs no engine start-up and a load balancer sees the replica while it loads.
+    """
 
     def __init__(self, source: CodeSource, options: ServerOptions | None = None) -> None:
         self.options = options = options or ServerOptions()
         self.metrics = Metrics()
         self.service = SynthesisService(source, options.limits, self.metrics)
+        self.supervisor = SourceSupervisor(source, self.metrics, self._on_source_state, options.restart_policy)
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -50,51 +87,122 @@ class CodecStreamServer:
 
     def _build_server(self) -> grpc.aio.Server:
         # grpc.aio objects belong to the event loop they are created on: build them in start().
-        interceptors = [BearerTokenInterceptor(self.options.auth_tokens)] if self.options.auth_tokens else []
-        server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        options = self.options
+        interceptors = [BearerTokenInterceptor(options.auth_tokens)] if options.auth_tokens else []
+        channel_options = [
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", options.limits.max_request_bytes),
+            *options.keepalive.channel_options(),
+        ]
+        server = grpc.aio.server(interceptors=interceptors, options=channel_options)
         self.health = health.aio.HealthServicer()
-        synthesis_pb2_grpc.add_SynthesisServiceServicer_to_server(self.service, server)
+        server.add_generic_rpc_handlers([synthesis_handler(self.service)])
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         return server
 
     async def start(self) -> int:
-        """Bind and start serving; return the bound port (useful with port 0)."""
-        self.server = self._build_server()
-        address = f"{self.options.host}:{self.options.port}"
-        if self.options.tls_cert or self.options.tls_key:
-            if not (self.options.tls_cert and self.options.tls_key):
-                raise ValueError("TLS needs both --tls-cert and --tls-key")
-            credentials = grpc.ssl_server_credentials(
-                [(pathlib.Path(self.options.tls_key).read_bytes(), pathlib.Path(self.options.tls_cert).read_bytes())]
-            )
-            self.port = self.server.add_secure_port(address, credentials)
-        else:
-            self.port = self.server.add_insecure_port(address)
-        if not self.port:
-            raise OSError(f"could not bind {address}")
-        if self.options.metrics_port is not None:
-            self._metrics_http, _ = prometheus_client.start_http_server(
-                self.options.metrics_port, addr=self.options.host, registry=self.metrics.registry
-            )
-        await self.server.start()
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        """Bind, serve, then start the source; return the bound port (useful with port 0).
+
+        Raises BindError for a port that cannot be bound, or whatever the source's start raises;
+        either way nothing is left running."""
+        await self.bind()
+        try:
+            await self.supervisor.start()
+        except BaseException:
+            await self._close_transport(grace_s=0)
+            await self.supervisor.stop()
+            raise
         log.info("serving %s on %s:%d", SERVICE_NAME, self.options.host, self.port)
         return self.port
+
+    async def bind(self) -> int:
+        """Listen on the gRPC (and metrics) ports, answering NOT_SERVING until the source serves."""
+        options = self.options
+        address = f"{options.host}:{options.port}"
+        _check_bindable(options.host, options.port, f"cannot serve gRPC on {address}")
+        self.server = self._build_server()
+        credentials = None
+        if options.tls_cert or options.tls_key:
+            if not (options.tls_cert and options.tls_key):
+                raise ValueError("TLS needs both --tls-cert and --tls-key")
+            credentials = grpc.ssl_server_credentials(
+                [(pathlib.Path(options.tls_key).read_bytes(), pathlib.Path(options.tls_cert).read_bytes())]
+            )
+        try:
+            if credentials is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, credentials)
+        except RuntimeError:
+            self.port = 0  # gRPC says only "Failed to bind", with a hint about its debug logging
+        if not self.port:
+            raise BindError(f"cannot serve gRPC on {address}: the address is in use or not available")
+        if options.metrics_port is not None:
+            try:
+                self._metrics_http, _ = prometheus_client.start_http_server(
+                    options.metrics_port, addr=options.host, registry=self.metrics.registry
+                )
+            except OSError as error:
+                raise BindError(
+                    f"cannot serve metrics on {options.host}:{options.metrics_port}: {error.strerror or error}"
+                ) from None
+        await self.server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        return self.port
+
+    async def _on_source_state(self, state: SourceState, reason: str) -> None:
+        if state is SourceState.SERVING:
+            self.service.set_unavailable(None)
+            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+            return
+        self.service.set_unavailable(reason)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if state is not SourceState.STARTING:
+            await self.service.stop_streams(pb.END_REASON_ERROR, reason)
+
+    async def _set_health(self, status) -> None:
+        if self.health is not None:
+            for name in ("", SERVICE_NAME):
+                await self.health.set(name, status)
 
     @property
     def metrics_port(self) -> int | None:
         return self._metrics_http.server_port if self._metrics_http else None
 
     async def stop(self, grace_s: float | None = None) -> None:
-        """Graceful shutdown: NOT_SERVING, drain streams (End(ERROR) after the grace), close."""
+        """Graceful shutdown: NOT_SERVING, drain streams (End(ERROR) after the grace), close the
+        transport, and always release the source."""
         grace_s = self.options.shutdown_grace_s if grace_s is None else grace_s
-        await self.health.enter_graceful_shutdown()
-        await self.service.drain(grace_s)
-        await self.server.stop(grace=1.0)
+        try:
+            if self.health is not None:
+                await self.health.enter_graceful_shutdown()
+            await self.service.drain(grace_s)
+            await self._close_transport(grace_s=1.0)
+        finally:
+            await self.supervisor.stop()
+
+    async def _close_transport(self, grace_s: float) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=grace_s)
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
+            self._metrics_http = None
 
     async def wait_for_termination(self) -> None:
         await self.server.wait_for_termination()
+
+
+def _check_bindable(host: str, port: int, what: str) -> None:
+    """Raise BindError if `host:port` cannot be listened on. gRPC's own failure is a log line on
+    stderr and a bare "Failed to bind"; trying first gives the operator one line with the reason."""
+    if port == 0:
+        return
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, protocol) as probe:
+            # As gRPC binds: a port in TIME_WAIT is free, one with a listener is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as error:
+        raise BindError(f"{what}: {error.strerror or error}") from None

@@ -14,15 +14,29 @@ UNAUTHENTICATED_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 def bearer_token(metadata) -> str:
+    """The token of an `authorization: Bearer <token>` entry; the scheme is case-insensitive (RFC 7235)."""
     for key, value in metadata or ():
-        if key == "authorization" and value.startswith("Bearer "):
-            return value.removeprefix("Bearer ").strip()
+        if key != "authorization" or not isinstance(value, str):
+            continue
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            return token.strip()
     return ""
 
 
 def token_identity(token: str) -> str:
     """A loggable name for a token that does not reveal it."""
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def principal(metadata, peer: str | None) -> str:
+    """Who is calling: the bearer token's identity when the call carries one (the server checked it
+    already), else the peer's address without its port (a reconnect gets a new port)."""
+    token = bearer_token(metadata)
+    if token:
+        return token_identity(token)
+    peer = peer or "unknown"
+    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
 
 
 def load_tokens(path: pathlib.Path | str) -> frozenset[str]:

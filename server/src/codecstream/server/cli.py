@@ -1,4 +1,9 @@
-"""`codecstream-server`: serve the codecstream.v1 contract from a model or a recorded codes file."""
+"""`codecstream-server`: serve the codecstream.v1 contract from a model or a recorded codes file.
+
+Exit status: 0 after a signal-initiated shutdown; 1 when the server cannot start (one line on
+stderr says why, and nothing is left running); 2 for a usage error; 3 when the engine failed and
+could not be restarted (a process supervisor should start the server again).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,17 @@ import sys
 
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.errors import ProtocolError
-from codecstream.server.app import CodecStreamServer, ServerOptions
+from codecstream.server.app import BindError, CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
+from codecstream.server.checkpoint_info import CheckpointError
 from codecstream.server.limits import ServerLimits
 from codecstream.server.source import CodeSource
+from codecstream.server.supervisor import RestartPolicy
 
 log = logging.getLogger("codecstream.server")
+
+EXIT_STARTUP_FAILED = 1
+EXIT_ENGINE_FAILED = 3
 
 
 class StartupError(Exception):
@@ -24,7 +34,10 @@ class StartupError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codecstream-server", description=__doc__)
+    limits, keepalive, restarts = ServerLimits(), Keepalive(), RestartPolicy()
+    parser = argparse.ArgumentParser(
+        prog="codecstream-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="Qwen3-TTS checkpoint: a local directory or a hub id")
     source.add_argument(
@@ -39,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--replay-fps", type=float, default=12.5, help="replay pace in frames per second; 0: as fast as possible"
     )
     parser.add_argument(
-        "--replay-checkpoint", type=pathlib.Path, help="checkpoint whose decoder digest replayed streams announce"
+        "--replay-checkpoint",
+        type=pathlib.Path,
+        help="checkpoint whose decoder digest, voices and languages replayed streams announce",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=int, default=50051, help="gRPC port (default 50051; 0 picks a free one)")
@@ -47,15 +62,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", type=pathlib.Path, help="PEM private key")
     parser.add_argument("--auth-token-file", type=pathlib.Path, help="file of accepted bearer tokens, one per line")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    parser.add_argument("--max-text-chars", type=int, default=ServerLimits.max_text_chars)
-    parser.add_argument("--max-frames", type=int, default=ServerLimits.max_frames)
+    parser.add_argument("--max-text-chars", type=int, default=limits.max_text_chars)
+    parser.add_argument("--max-instructions-chars", type=int, default=limits.max_instructions_chars)
     parser.add_argument(
-        "--max-streams", type=int, default=ServerLimits.max_concurrent_streams, help="concurrent streams"
+        "--max-reference-seconds",
+        type=float,
+        default=limits.max_reference_audio_s,
+        metavar="SECONDS",
+        help="longest voice-clone reference audio",
     )
+    parser.add_argument("--max-frames", type=int, default=limits.max_frames)
+    parser.add_argument("--max-streams", type=int, default=limits.max_concurrent_streams, help="concurrent streams")
     parser.add_argument(
         "--rate-limit", type=int, default=0, metavar="PER_MINUTE", help="streams per client per minute (0: off)"
     )
-    parser.add_argument("--resume-window", type=float, default=ServerLimits.resume_window_s, metavar="SECONDS")
+    parser.add_argument("--resume-window", type=float, default=limits.resume_window_s, metavar="SECONDS")
+    parser.add_argument(
+        "--stalled-client-timeout",
+        type=float,
+        default=limits.stalled_client_timeout_s,
+        metavar="SECONDS",
+        help="drop a call whose client reads nothing for this long",
+    )
+    parser.add_argument(
+        "--keepalive",
+        type=float,
+        default=keepalive.time_s,
+        metavar="SECONDS",
+        help=f"ping idle connections this often; no answer within {keepalive.timeout_s:g} s drops them",
+    )
+    parser.add_argument(
+        "--engine-restarts",
+        type=int,
+        default=restarts.max_attempts,
+        metavar="N",
+        help="restart attempts in a row after an engine failure before exiting with status 3 (0: exit at once)",
+    )
     parser.add_argument(
         "--chunking", default=",".join(map(str, ChunkSchedule().sizes)), help="default chunk sizes, e.g. 2,4,8,16,25"
     )
@@ -66,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_source(args: argparse.Namespace) -> CodeSource:
+    """The code source the flags name, checked (files, checkpoint, engine installed) but not started."""
     if args.replay is not None:
         from codecstream.server.replay import ReplaySource
 
@@ -75,11 +118,14 @@ def build_source(args: argparse.Namespace) -> CodeSource:
             raise StartupError(str(error)) from None
     try:
         from codecstream.server.engine.talker_source import VllmTalkerSource
+
+        return VllmTalkerSource(args.model, args.deploy_config)
     except ImportError as error:
         raise StartupError(
             f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"
         ) from None
-    return VllmTalkerSource.create(args.model, args.deploy_config)
+    except (CheckpointError, OSError, ValueError) as error:
+        raise StartupError(str(error).splitlines()[0]) from None
 
 
 def build_options(args: argparse.Namespace) -> ServerOptions:
@@ -90,12 +136,17 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         raise StartupError(str(error)) from None
     if bool(args.tls_cert) != bool(args.tls_key):
         raise StartupError("TLS needs both --tls-cert and --tls-key")
+    if args.engine_restarts < 0:
+        raise StartupError(f"--engine-restarts must be >= 0, got {args.engine_restarts}")
     limits = ServerLimits(
         max_text_chars=args.max_text_chars,
+        max_instructions_chars=args.max_instructions_chars,
+        max_reference_audio_s=args.max_reference_seconds,
         max_frames=args.max_frames,
         max_concurrent_streams=args.max_streams,
         streams_per_client_per_minute=args.rate_limit,
         resume_window_s=args.resume_window,
+        stalled_client_timeout_s=args.stalled_client_timeout,
         default_chunking=chunking,
     )
     return ServerOptions(
@@ -106,40 +157,66 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         auth_tokens=tokens,
         metrics_port=args.metrics_port,
         limits=limits,
+        keepalive=Keepalive(time_s=args.keepalive),
+        restart_policy=RestartPolicy(max_attempts=args.engine_restarts),
         shutdown_grace_s=args.shutdown_grace,
     )
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def _finished_before(task: asyncio.Future, event: asyncio.Event) -> bool:
+    """Wait for `task` or `event`, whichever comes first; True if the task finished (it is
+    cancelled otherwise)."""
+    waiter = asyncio.ensure_future(event.wait())
+    done, _ = await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for pending in (task, waiter):
+        if pending not in done:
+            pending.cancel()
+    await asyncio.gather(task, waiter, return_exceptions=True)
+    return task in done
+
+
+async def serve(args: argparse.Namespace) -> int:
     options = build_options(args)
     source = build_source(args)
-    await source.start()
     server = CodecStreamServer(source, options)
-    try:
-        port = await server.start()
-    except (OSError, ValueError, RuntimeError) as error:
-        raise StartupError(f"cannot serve on {options.host}:{options.port}: {error}") from None
-    if args.port_file:
-        args.port_file.write_text(str(port))
-    print(f"codecstream-server: serving {source.model_name} on {options.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    print("codecstream-server: shutting down (draining streams)", flush=True)
-    await server.stop()
+    try:
+        try:
+            await server.bind()
+        except (BindError, ValueError, OSError) as error:
+            raise StartupError(str(error)) from None
+        starting = asyncio.ensure_future(server.supervisor.start())
+        if not await _finished_before(starting, stop):
+            print("codecstream-server: stopped while starting", flush=True)
+            return 0
+        if starting.exception() is not None:
+            error = starting.exception()
+            raise StartupError(f"the engine did not start: {type(error).__name__}: {error}".splitlines()[0])
+        port = server.port
+        if args.port_file:
+            args.port_file.write_text(str(port))
+        print(f"codecstream-server: serving {source.model_name} on {options.host}:{port}", flush=True)
+        gave_up = asyncio.ensure_future(server.supervisor.gave_up.wait())
+        if await _finished_before(gave_up, stop):
+            print("codecstream-server: error: the engine failed and could not be restarted", file=sys.stderr)
+            return EXIT_ENGINE_FAILED
+        print("codecstream-server: shutting down (draining streams)", flush=True)
+        return 0
+    finally:
+        await server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(args))
+        return asyncio.run(serve(args))
     except StartupError as error:
         print(f"codecstream-server: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_STARTUP_FAILED
 
 
 if __name__ == "__main__":

@@ -1,17 +1,35 @@
-"""Server limits and the per-client rate limiter."""
+"""What one server accepts and holds: its limits, and the per-client rate limiter."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 
 from codecstream.protocol.chunking import ChunkSchedule
+
+#: Contract limits (synthesis.proto) on names and ids; fixed, so clients can rely on them.
+MAX_NAME_BYTES = 64
+MAX_STREAM_ID_BYTES = 64
+MAX_CLIENT_REQUEST_ID_BYTES = 128
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
     #: Longest Start.text, in characters.
     max_text_chars: int = 2_000
+    #: Longest Start.instructions, in characters: vLLM-Omni's own Qwen3-TTS speech API allows 500.
+    max_instructions_chars: int = 500
+    #: Longest reference transcript, in characters (60 s of fast speech is about 1000).
+    max_reference_transcript_chars: int = 1_000
+    #: Largest reference audio file: 60 s of 48 kHz stereo 16-bit WAV is 11.5 MB.
+    max_reference_audio_bytes: int = 16 * 1024 * 1024
+    #: Shortest reference audio, in seconds. vLLM-Omni's speaker encoder raises inside the engine
+    #: (and takes the engine down) below about 1300 samples at 24 kHz (measured: 1024 fails,
+    #: 1500 works); a quarter second leaves a margin and is still shorter than any useful clip.
+    min_reference_audio_s: float = 0.25
+    #: Longest reference audio, in seconds.
+    max_reference_audio_s: float = 60.0
     #: Largest Start.max_frames, and the limit when it is 0 (2048 frames = 164 s of audio, the
     #: talker's own default max_new_tokens).
     max_frames: int = 2_048
@@ -23,27 +41,54 @@ class ServerLimits:
     resume_window_s: float = 5.0
     #: Sent chunks a resumable stream keeps for Resume beyond the last Ack.
     resume_retained_chunks: int = 512
+    #: How long a call may take to send its first message (Start or Resume), in seconds.
+    first_message_timeout_s: float = 10.0
+    #: A call whose client reads nothing for this long is dropped as if disconnected, in seconds.
+    #: Streams carry 400 B/s, so the transport's buffers (MBs) fill only if a client stops reading.
+    stalled_client_timeout_s: float = 30.0
     #: Chunking when Start.chunking is unset.
     default_chunking: ChunkSchedule = dataclasses.field(default_factory=ChunkSchedule)
 
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest serialized SynthesizeRequest the transport accepts: the largest Start the
+        other limits allow (UTF-8 takes up to 4 bytes a character), plus room for the small fields."""
+        strings = 4 * (self.max_text_chars + self.max_instructions_chars + self.max_reference_transcript_chars)
+        return self.max_reference_audio_bytes + strings + 64 * 1024
+
 
 class RateLimiter:
-    """Token bucket per client: `per_minute` starts, refilled continuously."""
+    """Token bucket per client: `per_minute` starts, refilled continuously.
+
+    A bucket left alone for a minute is full again, which is what a missing bucket means, so
+    buckets idle that long are dropped: the table holds only clients seen in the last minute.
+    """
+
+    REFILL_S = 60.0
 
     def __init__(self, per_minute: int, clock=time.monotonic) -> None:
         self.per_minute = per_minute
         self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
+        #: client -> (tokens, last update), least recently updated first.
+        self._buckets: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
     def try_acquire(self, client: str) -> float:
         """Take one start for `client`; return 0.0 on success, else the seconds until one is free."""
         if self.per_minute <= 0:
             return 0.0
         now = self._clock()
-        tokens, stamp = self._buckets.get(client, (float(self.per_minute), now))
-        tokens = min(float(self.per_minute), tokens + (now - stamp) * self.per_minute / 60.0)
+        while self._buckets:
+            oldest, (_, stamp) = next(iter(self._buckets.items()))
+            if now - stamp < self.REFILL_S:
+                break
+            del self._buckets[oldest]
+        tokens, stamp = self._buckets.pop(client, (float(self.per_minute), now))
+        tokens = min(float(self.per_minute), tokens + (now - stamp) * self.per_minute / self.REFILL_S)
         if tokens < 1.0:
             self._buckets[client] = (tokens, now)
-            return (1.0 - tokens) * 60.0 / self.per_minute
+            return (1.0 - tokens) * self.REFILL_S / self.per_minute
         self._buckets[client] = (tokens - 1.0, now)
         return 0.0

@@ -10,20 +10,25 @@ import numpy as np
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
 from codecstream.protocol.codes_file import CodesFile, load_codes_file
 from codecstream.protocol.digest import decoder_digest
+from codecstream.server.checkpoint_info import read_checkpoint_info
 from codecstream.server.source import (
     CodeSource,
     CodeStream,
+    ModelOffering,
     StopReason,
     SynthesisRequest,
     TaskType,
     VoiceInfo,
 )
 
-#: Speakers and languages of the released Qwen3-TTS CustomVoice models, so that replay accepts the
-#: requests a real server would.
-QWEN3_TTS_SPEAKERS = ("vivian", "serena", "uncle_fu", "dylan", "eric", "ryan", "aiden", "ono_anna", "sohee")
-QWEN3_TTS_LANGUAGES = (
-    "Chinese", "English", "Japanese", "Korean", "German", "French", "Russian", "Portuguese", "Spanish", "Italian",
+#: What a server of the released Qwen3-TTS-12Hz-0.6B-CustomVoice checkpoint offers (its
+#: config.json's spk_id order and codec_language_id), so that replay without a checkpoint accepts
+#: the requests a real server would; replay serves VoiceDesign too, and Base when the recording
+#: carries reference codes.
+RELEASED_SPEAKERS = ("serena", "vivian", "uncle_fu", "ryan", "aiden", "ono_anna", "sohee", "eric", "dylan")
+RELEASED_LANGUAGES = (
+    "Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese", "Russian",
+    "Spanish",
 )  # fmt: skip
 #: The codec's own frame rate: replay at real-time pace by default.
 FRAMES_PER_SECOND = 12.5
@@ -33,31 +38,52 @@ UNKNOWN_DECODER_DIGEST = "sha256:" + "0" * 64
 
 class ReplayStream(CodeStream):
     def __init__(
-        self, codes: np.ndarray, reference_codes: np.ndarray, frames_per_second: float, owner: ReplaySource
+        self,
+        codes: np.ndarray,
+        reference_codes: np.ndarray,
+        max_frames: int,
+        frames_per_second: float,
+        owner: ReplaySource,
     ) -> None:
         self._codes = codes
         self.reference_codes = reference_codes
+        self.max_frames = max_frames
         self._interval = 1.0 / frames_per_second if frames_per_second > 0 else 0.0
         self._owner = owner
         self._live = True
+        self._aborted = asyncio.Event()
 
     async def _frames(self) -> AsyncIterator[np.ndarray]:
         try:
             loop = asyncio.get_running_loop()
             due = loop.time()
             for index in range(len(self._codes)):
-                # Sleep to an absolute schedule so pace does not drift with the consumer's speed.
+                # Sleep to an absolute schedule so pace does not drift with the consumer's speed;
+                # an abort ends the wait at once, as an engine's abort ends the step.
                 due += self._interval
-                await asyncio.sleep(max(0.0, due - loop.time()))
+                if self._aborted.is_set() or await self._abort_within(due - loop.time()):
+                    return
                 yield self._codes[index : index + 1]
             self.stop_reason = StopReason.EOS
         finally:
             self._release()
 
+    async def _abort_within(self, seconds: float) -> bool:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return self._aborted.is_set()
+        try:
+            async with asyncio.timeout(seconds):
+                await self._aborted.wait()
+        except TimeoutError:
+            return False
+        return True
+
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
         return self._frames()
 
     async def abort(self) -> None:
+        self._aborted.set()
         self._release()
 
     def _release(self) -> None:
@@ -75,11 +101,13 @@ class ReplaySource(CodeSource):
         frames_per_second: float = FRAMES_PER_SECOND,
         decoder_digest_value: str = UNKNOWN_DECODER_DIGEST,
         model_name: str = "replay",
+        offering: ModelOffering | None = None,
     ) -> None:
         self.recording = recording
         self.frames_per_second = frames_per_second
         self.codec = qwen3_tts_12hz_spec(decoder_digest_value)
         self.model_name = model_name
+        self.offering = offering or released_offering(with_base=len(recording.reference_codes) > 0)
         self._live = 0
 
     @classmethod
@@ -89,28 +117,30 @@ class ReplaySource(CodeSource):
         frames_per_second: float = FRAMES_PER_SECOND,
         checkpoint: pathlib.Path | str | None = None,
     ) -> ReplaySource:
-        """Replay `path`; with `checkpoint`, announce that checkpoint's decoder digest."""
-        digest = decoder_digest(checkpoint) if checkpoint else UNKNOWN_DECODER_DIGEST
-        return cls(load_codes_file(path), frames_per_second, digest, model_name=f"replay:{pathlib.Path(path).name}")
-
-    def voices(self) -> list[VoiceInfo]:
-        return [VoiceInfo(name) for name in QWEN3_TTS_SPEAKERS]
-
-    def languages(self) -> list[str]:
-        return list(QWEN3_TTS_LANGUAGES)
-
-    def supported_task_types(self) -> list[TaskType]:
-        types = [TaskType.CUSTOM_VOICE, TaskType.VOICE_DESIGN]
-        if len(self.recording.reference_codes):
-            types.append(TaskType.BASE)
-        return types
+        """Replay `path`; with `checkpoint`, announce that checkpoint's decoder digest and offer what a
+        server of that checkpoint offers (GetCodecInfo and ListVoices answer as the engine would)."""
+        recording = load_codes_file(path)
+        name = f"replay:{pathlib.Path(path).name}"
+        if checkpoint is None:
+            return cls(recording, frames_per_second, model_name=name)
+        info = read_checkpoint_info(pathlib.Path(checkpoint))
+        return cls(recording, frames_per_second, decoder_digest(checkpoint), name, info.offering())
 
     async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
         self._live += 1
-        reference = (
-            self.recording.reference_codes if request.task_type is TaskType.BASE else self.recording.reference_codes[:0]
-        )
-        return ReplayStream(self.recording.codes, reference, self.frames_per_second, self)
+        reference = self.recording.reference_codes
+        if request.task_type is not TaskType.BASE:
+            reference = reference[:0]
+        return ReplayStream(self.recording.codes, reference, request.max_frames, self.frames_per_second, self)
 
     async def live_requests(self) -> int:
         return self._live
+
+
+def released_offering(with_base: bool) -> ModelOffering:
+    task_types = (TaskType.CUSTOM_VOICE, TaskType.VOICE_DESIGN, *((TaskType.BASE,) if with_base else ()))
+    return ModelOffering(
+        task_types=task_types,
+        voices=tuple(VoiceInfo(name) for name in RELEASED_SPEAKERS),
+        languages=RELEASED_LANGUAGES,
+    )

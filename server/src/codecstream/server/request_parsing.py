@@ -1,12 +1,21 @@
-"""Start message -> SynthesisRequest, with a precise gRPC status for everything it rejects."""
+"""Start message -> SynthesisRequest, with a precise gRPC status for everything it rejects.
+
+Every check here is cheap and bounded (lengths are compared before anything is scanned), so it
+runs on the event loop; decoding the reference audio and tokenizing the prompt come later, off it.
+Client input appears in messages only through `preview`.
+"""
 
 from __future__ import annotations
+
+import math
 
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codec_spec import spec_differences
 from codecstream.protocol.errors import ChunkingError
-from codecstream.server.limits import ServerLimits
-from codecstream.server.source import CodeSource, RequestRejected, SamplingOverrides, SynthesisRequest, TaskType
+from codecstream.protocol.preview import preview
+from codecstream.server.limits import MAX_CLIENT_REQUEST_ID_BYTES, MAX_NAME_BYTES, ServerLimits
+from codecstream.server.source import ModelOffering, RequestRejected, SamplingOverrides, SynthesisRequest, TaskType
+from codecstream.v1 import codec_pb2
 from codecstream.v1 import synthesis_pb2 as pb
 
 TASK_TYPES = {
@@ -20,43 +29,40 @@ TASK_TYPE_ENUMS = {
     TaskType.VOICE_DESIGN: pb.TASK_TYPE_VOICE_DESIGN,
     TaskType.BASE: pb.TASK_TYPE_BASE,
 }
-MAX_CLIENT_REQUEST_ID_BYTES = 128
+#: vLLM's own range for the talker's temperature (it refuses anything above 2).
+MAX_TEMPERATURE = 2.0
 
 
 def _invalid(message: str) -> RequestRejected:
     return RequestRejected("INVALID_ARGUMENT", message)
 
 
-def parse_start(start: pb.Start, source: CodeSource, limits: ServerLimits) -> tuple[SynthesisRequest, ChunkSchedule]:
-    """Check a Start against the contract, the limits and what the loaded model offers."""
+def parse_start(
+    start: pb.Start, offering: ModelOffering, codec: codec_pb2.CodecSpec, limits: ServerLimits
+) -> tuple[SynthesisRequest, ChunkSchedule]:
+    """Check a Start against the contract, the limits and what the loaded model offers.
+
+    The returned request has no decoded reference audio yet (see reference_audio.py)."""
     if start.HasField("expected_codec"):
-        differences = spec_differences(source.codec, start.expected_codec)
+        differences = spec_differences(codec, start.expected_codec)
         if differences:
             raise RequestRejected(
                 "FAILED_PRECONDITION", f"client decoder does not match this server's codec ({'; '.join(differences)})"
             )
     text = start.text
-    if not text.strip():
-        raise _invalid("text is empty")
     if len(text) > limits.max_text_chars:
         raise _invalid(f"text has {len(text)} characters, the limit is {limits.max_text_chars}")
-    if start.task_type not in TASK_TYPES:
-        raise _invalid(f"unknown task type {start.task_type}; expected CUSTOM_VOICE, VOICE_DESIGN or BASE")
-    task = TASK_TYPES[start.task_type]
-    served = source.supported_task_types()
-    if task not in served:
-        names = ", ".join(pb.TaskType.Name(TASK_TYPE_ENUMS[t]).removeprefix("TASK_TYPE_") for t in served)
-        name = pb.TaskType.Name(TASK_TYPE_ENUMS[task]).removeprefix("TASK_TYPE_")
-        raise _invalid(f"task type {name} is not served by this model (it serves {names})")
-    has_reference = bool(start.reference_audio.audio)
-    if task is TaskType.BASE and not has_reference:
-        raise _invalid("task type BASE (voice clone) needs reference_audio.audio")
-    if task is not TaskType.BASE and has_reference:
-        raise _invalid("reference_audio is only used by task type BASE")
-    if task is TaskType.VOICE_DESIGN and not start.instructions.strip():
+    if not text.strip():
+        raise _invalid("text is empty")
+    task = _check_task_type(start.task_type, offering)
+    _check_reference(start, task, limits)
+    instructions = start.instructions
+    if len(instructions) > limits.max_instructions_chars:
+        raise _invalid(f"instructions has {len(instructions)} characters, the limit is {limits.max_instructions_chars}")
+    if task is TaskType.VOICE_DESIGN and not instructions.strip():
         raise _invalid("task type VOICE_DESIGN needs instructions describing the voice")
-    language = _check_language(start.language, source)
-    voice = _check_voice(start.voice, task, source)
+    language = _check_language(start.language, offering)
+    voice = _check_voice(start.voice, task, offering)
     if start.max_frames > limits.max_frames:
         raise _invalid(f"max_frames {start.max_frames} exceeds the server limit {limits.max_frames}")
     if len(start.client_request_id.encode()) > MAX_CLIENT_REQUEST_ID_BYTES:
@@ -70,8 +76,7 @@ def parse_start(start: pb.Start, source: CodeSource, limits: ServerLimits) -> tu
         task_type=task,
         voice=voice,
         language=language,
-        instructions=start.instructions,
-        reference_audio=start.reference_audio.audio,
+        instructions=instructions,
         reference_text=start.reference_audio.transcript,
         seed=start.seed if start.HasField("seed") else None,
         sampling=_parse_sampling(start.sampling),
@@ -80,38 +85,84 @@ def parse_start(start: pb.Start, source: CodeSource, limits: ServerLimits) -> tu
     return request, schedule
 
 
-def _check_language(language: str, source: CodeSource) -> str:
-    if not language or language.lower() == "auto":
+def _task_name(task: TaskType) -> str:
+    return pb.TaskType.Name(TASK_TYPE_ENUMS[task]).removeprefix("TASK_TYPE_")
+
+
+def _check_task_type(value: int, offering: ModelOffering) -> TaskType:
+    if value not in TASK_TYPES:
+        raise _invalid(f"unknown task type {value}; expected CUSTOM_VOICE, VOICE_DESIGN or BASE")
+    task = TASK_TYPES[value]
+    if task not in offering.task_types:
+        served = ", ".join(_task_name(t) for t in offering.task_types)
+        raise _invalid(f"task type {_task_name(task)} is not served by this model (it serves {served})")
+    return task
+
+
+def _check_reference(start: pb.Start, task: TaskType, limits: ServerLimits) -> None:
+    reference = start.reference_audio
+    if task is not TaskType.BASE:
+        if reference.audio or reference.transcript:
+            raise _invalid("reference_audio is only used by task type BASE")
+        return
+    if not reference.audio:
+        raise _invalid("task type BASE (voice clone) needs reference_audio.audio")
+    if len(reference.audio) > limits.max_reference_audio_bytes:
+        raise _invalid(
+            f"reference_audio.audio is {len(reference.audio)} bytes, "
+            f"the limit is {limits.max_reference_audio_bytes} bytes"
+        )
+    if len(reference.transcript) > limits.max_reference_transcript_chars:
+        raise _invalid(
+            f"reference_audio.transcript has {len(reference.transcript)} characters, "
+            f"the limit is {limits.max_reference_transcript_chars}"
+        )
+
+
+def _check_name_size(field: str, value: str) -> None:
+    size = len(value.encode())
+    if size > MAX_NAME_BYTES:
+        raise _invalid(f"{field} is {size} bytes, the limit is {MAX_NAME_BYTES}")
+
+
+def _check_language(language: str, offering: ModelOffering) -> str:
+    _check_name_size("language", language)
+    if not language.strip() or language.strip().lower() == "auto":
         return "Auto"
-    known = {name.lower(): name for name in source.languages()}
-    if language.lower() not in known:
-        raise _invalid(f"unknown language {language!r}; this model speaks: {', '.join(sorted(known.values()))}")
-    return known[language.lower()]
+    known = {name.lower(): name for name in offering.languages}
+    if language.strip().lower() not in known:
+        raise _invalid(f"unknown language {preview(language)}; this model speaks: {', '.join(offering.languages)}")
+    return known[language.strip().lower()]
 
 
-def _check_voice(voice: str, task: TaskType, source: CodeSource) -> str:
-    if not voice:
-        return ""
+def _check_voice(voice: str, task: TaskType, offering: ModelOffering) -> str:
+    _check_name_size("voice", voice)
+    if not voice.strip():
+        if task is not TaskType.CUSTOM_VOICE:
+            return ""
+        if not offering.default_voice:
+            raise _invalid("this model has no preset voices, so CUSTOM_VOICE cannot be served")
+        return offering.default_voice
     if task is not TaskType.CUSTOM_VOICE:
-        raise _invalid(f"voice is only used by task type CUSTOM_VOICE, got voice {voice!r}")
-    known = {v.name.lower(): v.name for v in source.voices()}
-    if voice.lower() not in known:
-        raise _invalid(f"unknown voice {voice!r}; this model has: {', '.join(sorted(known.values()))}")
-    return known[voice.lower()]
+        raise _invalid(f"voice is only used by task type CUSTOM_VOICE, got voice {preview(voice)}")
+    known = {v.name.lower(): v.name for v in offering.voices}
+    if voice.strip().lower() not in known:
+        names = ", ".join(v.name for v in offering.voices)
+        raise _invalid(f"unknown voice {preview(voice)}; this model has: {names}")
+    return known[voice.strip().lower()]
 
 
 def _parse_sampling(sampling: pb.SamplingParams) -> SamplingOverrides:
-    if sampling.HasField("temperature") and not sampling.temperature > 0:
-        raise _invalid(f"sampling.temperature must be > 0, got {sampling.temperature}")
-    if sampling.HasField("top_p") and not 0 < sampling.top_p <= 1:
-        raise _invalid(f"sampling.top_p must be in (0, 1], got {sampling.top_p}")
-    if sampling.HasField("top_k") and sampling.top_k < 1:
-        raise _invalid(f"sampling.top_k must be >= 1, got {sampling.top_k}")
-    if sampling.HasField("repetition_penalty") and not sampling.repetition_penalty > 0:
-        raise _invalid(f"sampling.repetition_penalty must be > 0, got {sampling.repetition_penalty}")
-    return SamplingOverrides(
-        temperature=sampling.temperature if sampling.HasField("temperature") else None,
-        top_p=sampling.top_p if sampling.HasField("top_p") else None,
-        top_k=sampling.top_k if sampling.HasField("top_k") else None,
-        repetition_penalty=sampling.repetition_penalty if sampling.HasField("repetition_penalty") else None,
-    )
+    temperature = sampling.temperature if sampling.HasField("temperature") else None
+    if temperature is not None and not (math.isfinite(temperature) and 0 < temperature <= MAX_TEMPERATURE):
+        raise _invalid(f"sampling.temperature must be in (0, {MAX_TEMPERATURE:g}], got {temperature:g}")
+    top_p = sampling.top_p if sampling.HasField("top_p") else None
+    if top_p is not None and not 0 < top_p <= 1:
+        raise _invalid(f"sampling.top_p must be in (0, 1], got {top_p:g}")
+    top_k = sampling.top_k if sampling.HasField("top_k") else None
+    if top_k is not None and top_k < 1:
+        raise _invalid(f"sampling.top_k must be >= 1, got {top_k}")
+    penalty = sampling.repetition_penalty if sampling.HasField("repetition_penalty") else None
+    if penalty is not None and not (math.isfinite(penalty) and penalty > 0):
+        raise _invalid(f"sampling.repetition_penalty must be finite and > 0, got {penalty:g}")
+    return SamplingOverrides(temperature=temperature, top_p=top_p, top_k=top_k, repetition_penalty=penalty)

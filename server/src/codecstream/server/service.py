@@ -1,147 +1,232 @@
-"""The codecstream.v1 SynthesisService over any CodeSource (grpc.aio)."""
+"""The codecstream.v1 SynthesisService over any CodeSource (grpc.aio).
+
+Before a stream's Header the service refuses with a status; after it, every stream ends with
+exactly one End (see the rules in synthesis.proto). Nothing a client sends is echoed beyond a
+short prefix, and nothing slow runs on the event loop: reference audio is decoded in a thread
+and the source builds its prompt off the loop too.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator
 
 import grpc
+from codecstream.protocol.preview import preview
 from codecstream.server import __version__
-from codecstream.server.auth import bearer_token, token_identity
-from codecstream.server.limits import RateLimiter, ServerLimits
+from codecstream.server.auth import principal
+from codecstream.server.handlers import UnreadableMessage
+from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
 from codecstream.server.metrics import Metrics
+from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
 from codecstream.server.request_parsing import TASK_TYPE_ENUMS, parse_start
-from codecstream.server.session import ResumeUnavailable, StreamSession
-from codecstream.server.source import CodeSource, RequestRejected
+from codecstream.server.session import Attachment, ResumeUnavailable, StreamSession
+from codecstream.server.source import CodeSource, RequestRejected, SourceUnavailable, TaskType
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+STARTING = "the engine is starting"
+SHUTTING_DOWN = "the server is shutting down; retry on another replica"
 
-class ProtocolViolation(Exception):
-    """A client message the contract forbids at this point of the stream."""
+
+class _Rejected(Exception):
+    """Refuse the call with `status` (a grpc.StatusCode name) and `message`."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     def __init__(self, source: CodeSource, limits: ServerLimits | None = None, metrics: Metrics | None = None) -> None:
-        limits = limits or ServerLimits()
         self.source = source
-        self.limits = limits
+        self.limits = limits = limits or ServerLimits()
         self.metrics = metrics or Metrics()
         self.sessions: dict[str, StreamSession] = {}
         self._rate_limiter = RateLimiter(limits.streams_per_client_per_minute)
-        self._draining = False
+        #: Why new streams are refused (UNAVAILABLE); None while serving.
+        self._unavailable: str | None = STARTING
+        #: Stream slots taken by opens still waiting on the reference audio or the engine.
+        self._opening = 0
         self._background: set[asyncio.Task] = set()
+
+    # -- availability ------------------------------------------------------------------------
+
+    def set_unavailable(self, reason: str | None) -> None:
+        """Refuse new streams with UNAVAILABLE and `reason`; None: serve them."""
+        self._unavailable = reason
+
+    async def stop_streams(self, reason: int, message: str) -> None:
+        """End every running stream with `reason` (engine failure, shutdown)."""
+        running = [session for session in self.sessions.values() if not session.finished]
+        results = await asyncio.gather(*(s.stop(reason, message) for s in running), return_exceptions=True)
+        for session, result in zip(running, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("stream %s: stopping failed", session.stream_id, exc_info=result)
 
     # -- unary -------------------------------------------------------------------------------
 
-    async def GetCodecInfo(self, request: pb.GetCodecInfoRequest, context) -> pb.GetCodecInfoResponse:
+    async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
+        if isinstance(request, UnreadableMessage):
+            await self._reject(context, _Rejected("INVALID_ARGUMENT", request.reason))
+        limits = self.limits
         return pb.GetCodecInfoResponse(
             codec=self.source.codec,
             model=self.source.model_name,
             server_version=__version__,
-            languages=self.source.languages(),
-            task_types=[TASK_TYPE_ENUMS[t] for t in self.source.supported_task_types()],
-            max_text_chars=self.limits.max_text_chars,
-            max_frames=self.limits.max_frames,
-            default_chunking=self.limits.default_chunking.to_policy(),
-            resume_window_ms=int(self.limits.resume_window_s * 1000),
+            languages=self.source.offering.languages,
+            task_types=[TASK_TYPE_ENUMS[t] for t in self.source.offering.task_types],
+            max_text_chars=limits.max_text_chars,
+            max_frames=limits.max_frames,
+            default_chunking=limits.default_chunking.to_policy(),
+            resume_window_ms=int(limits.resume_window_s * 1000),
+            max_instructions_chars=limits.max_instructions_chars,
+            max_reference_transcript_chars=limits.max_reference_transcript_chars,
+            max_reference_audio_bytes=limits.max_reference_audio_bytes,
+            min_reference_audio_ms=round(limits.min_reference_audio_s * 1000),
+            max_reference_audio_ms=round(limits.max_reference_audio_s * 1000),
+            max_request_bytes=limits.max_request_bytes,
+            first_message_timeout_ms=round(limits.first_message_timeout_s * 1000),
+            stalled_client_timeout_ms=round(limits.stalled_client_timeout_s * 1000),
         )
 
-    async def ListVoices(self, request: pb.ListVoicesRequest, context) -> pb.ListVoicesResponse:
+    async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
+        if isinstance(request, UnreadableMessage):
+            await self._reject(context, _Rejected("INVALID_ARGUMENT", request.reason))
+        offering = self.source.offering
         return pb.ListVoicesResponse(
-            voices=[
-                pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in self.source.voices()
-            ]
+            voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in offering.voices],
+            default_voice=offering.default_voice,
         )
 
     # -- streaming ---------------------------------------------------------------------------
 
-    async def Synthesize(
-        self, request_iterator, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.SynthesizeResponse]:
-        requests = request_iterator.__aiter__()
+    async def Synthesize(self, request_iterator, context: grpc.aio.ServicerContext) -> None:
+        requests = aiter(request_iterator)
+        self.metrics.calls.inc()
         try:
-            first = await anext(requests)
-        except StopAsyncIteration:
-            await self._reject(
-                context, "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
-            )
-        kind = first.WhichOneof("kind")
-        if kind == "start":
-            session, first_seq = await self._open(first.start, context)
-        elif kind == "resume":
-            session, first_seq = await self._resume(first.resume, context)
-        else:
-            await self._reject(
-                context, "INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'an empty message'}"
-            )
-
-        violation: list[str] = []
-        violated = asyncio.Event()
-        reader = asyncio.create_task(self._read_control(requests, session, violation, violated))
-        delivered_end = False
+            first = await self._first_message(requests)
+            kind = first.WhichOneof("kind")
+            if kind == "start":
+                session, first_seq = await self._open(first.start, context)
+            elif kind == "resume":
+                session, first_seq = await self._resume(first.resume, context)
+            else:
+                raise _Rejected("INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'empty'}")
+        except _Rejected as rejection:
+            await self._reject(context, rejection)
+            return
+        except asyncio.CancelledError:
+            self.metrics.abandoned.inc()
+            raise
+        attachment = await session.attach()
+        reader = asyncio.create_task(self._read_control(requests, session, attachment))
+        delivered_end = stalled = False
         try:
-            async for response in session.follow(first_seq, violated):
-                yield response
+            async for response in session.follow(first_seq, attachment):
+                if not await self._write(context, response):
+                    stalled = True
+                    break
                 delivered_end = response.HasField("end")
         finally:
+            violation = reader.result() if reader.done() and not reader.cancelled() else None
             reader.cancel()
             if delivered_end:
                 self._forget(session)
-            elif violation:
-                await session.stop(pb.END_REASON_ERROR, f"protocol violation: {violation[0]}")
-                self._forget(session)
             else:
-                # The connection went away before End: a resumable stream waits for its client.
-                session.detach(self.limits.resume_window_s, lambda: self._expire(session))
+                # The connection went away (or stalled) before End: a resumable stream waits for its client.
+                why = "client stopped reading" if stalled else "client disconnected"
+                session.detach(attachment, self.limits.resume_window_s, lambda: self._expire(session, why))
         if violation:
-            await self._reject(context, "INVALID_ARGUMENT", violation[0])
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, violation)
+        if attachment.superseded:
+            await context.abort(grpc.StatusCode.ABORTED, f"stream {session.stream_id} was resumed by another call")
+        if stalled:
+            self.metrics.stalled_clients.inc()
+            timeout = self.limits.stalled_client_timeout_s
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the client read nothing for {timeout:g} s")
+
+    async def _first_message(self, requests) -> pb.SynthesizeRequest:
+        timeout = self.limits.first_message_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                first = await anext(requests)
+        except StopAsyncIteration:
+            raise _Rejected(
+                "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
+            ) from None
+        except TimeoutError:
+            message = f"no Start or Resume within {timeout:g} s of opening the call"
+            raise _Rejected("DEADLINE_EXCEEDED", message) from None
+        if isinstance(first, UnreadableMessage):
+            raise _Rejected("INVALID_ARGUMENT", first.reason)
+        return first
+
+    async def _write(self, context, response: pb.SynthesizeResponse) -> bool:
+        """Send one message; False if the client read nothing for the stall timeout."""
+        try:
+            async with asyncio.timeout(self.limits.stalled_client_timeout_s):
+                await context.write(response)
+        except TimeoutError:
+            return False
+        return True
 
     async def _open(self, start: pb.Start, context) -> tuple[StreamSession, int]:
-        if self._draining:
-            await self._reject(context, "UNAVAILABLE", "server is shutting down; retry on another replica")
+        if self._unavailable:
+            raise _Rejected("UNAVAILABLE", self._unavailable)
         try:
-            request, schedule = parse_start(start, self.source, self.limits)
+            request, schedule = parse_start(start, self.source.offering, self.source.codec, self.limits)
         except RequestRejected as rejection:
-            await self._reject(context, rejection.status, rejection.message)
-        active = sum(1 for s in self.sessions.values() if not s.finished)
+            raise _Rejected(rejection.status, rejection.message) from None
+        active = self._opening + sum(1 for s in self.sessions.values() if not s.finished)
         if active >= self.limits.max_concurrent_streams:
-            await self._reject(
-                context,
+            raise _Rejected(
                 "RESOURCE_EXHAUSTED",
                 f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
             )
-        client = self._client_identity(context)
-        wait_s = self._rate_limiter.try_acquire(client)
+        caller = principal(context.invocation_metadata(), context.peer())
+        wait_s = self._rate_limiter.try_acquire(caller)
         if wait_s:
-            await self._reject(
-                context,
+            raise _Rejected(
                 "RESOURCE_EXHAUSTED",
-                f"client {client} exceeded {self.limits.streams_per_client_per_minute} streams per minute; "
+                f"client {caller} exceeded {self.limits.streams_per_client_per_minute} streams per minute; "
                 f"retry in {wait_s:.1f} s",
             )
         stream_id = uuid.uuid4().hex
+        # The slot is taken before the first await, so concurrent opens cannot all pass the limit.
+        self._opening += 1
         try:
+            if request.task_type is TaskType.BASE:
+                request = dataclasses.replace(request, reference=await self._decode_reference(start))
             code_stream = await self.source.open(request, stream_id)
+        except _Rejected:
+            raise
         except RequestRejected as rejection:
-            await self._reject(context, rejection.status, rejection.message)
+            raise _Rejected(rejection.status, rejection.message) from None
+        except SourceUnavailable as failure:
+            raise _Rejected("UNAVAILABLE", str(failure)) from None
+        except Exception:
+            log.exception("stream %s: opening failed", stream_id)
+            self.metrics.errors.labels(kind="internal").inc()
+            raise _Rejected("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
+        finally:
+            self._opening -= 1
         session = StreamSession(
             stream_id,
             code_stream,
             schedule,
-            request.max_frames,
             start.client_request_id,
+            principal=caller,
             resumable=start.resumable and self.limits.resume_window_s > 0,
             retained_chunks=self.limits.resume_retained_chunks,
             metrics=self.metrics,
         )
         self.sessions[stream_id] = session
-        session.attach()
         session.start(self.source.codec)
         self.metrics.started.inc()
         self.metrics.active.set(len(self.sessions))
@@ -150,56 +235,68 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         )
         return session, 0
 
+    async def _decode_reference(self, start: pb.Start):
+        try:
+            return await asyncio.to_thread(decode_reference_audio, start.reference_audio.audio, self.limits)
+        except ReferenceAudioError as error:
+            raise _Rejected("INVALID_ARGUMENT", str(error)) from None
+
     async def _resume(self, resume: pb.Resume, context) -> tuple[StreamSession, int]:
+        size = len(resume.stream_id.encode())
+        if size > MAX_STREAM_ID_BYTES:
+            raise _Rejected("INVALID_ARGUMENT", f"resume.stream_id is {size} bytes, the limit is {MAX_STREAM_ID_BYTES}")
         session = self.sessions.get(resume.stream_id)
-        if session is None or not session.resumable:
-            await self._reject(
-                context,
+        # Another principal's stream is reported exactly like an unknown one: ids must not leak.
+        if (
+            session is None
+            or not session.resumable
+            or session.principal != principal(context.invocation_metadata(), context.peer())
+        ):
+            raise _Rejected(
                 "NOT_FOUND",
-                f"no resumable stream {resume.stream_id!r} on this server (expired, finished or never resumable)",
-            )
-        if session.attached:
-            await self._reject(
-                context, "FAILED_PRECONDITION", f"stream {resume.stream_id} is still attached to another connection"
+                f"no resumable stream {preview(resume.stream_id)} on this server "
+                "(expired, finished or never resumable)",
             )
         last = resume.last_acked_seq if resume.HasField("last_acked_seq") else None
         try:
             first_seq = session.check_resume(last)
         except ResumeUnavailable as unavailable:
-            await self._reject(context, unavailable.status, unavailable.message)
-        session.attach()
+            raise _Rejected(unavailable.status, unavailable.message) from None
         if last is not None:
             session.acknowledge(last)
         self.metrics.resumes.inc()
         log.info("stream %s resumed from seq %d", session.stream_id, first_seq)
         return session, first_seq
 
-    async def _read_control(
-        self, requests, session: StreamSession, violation: list[str], violated: asyncio.Event
-    ) -> None:
-        """Apply Cancel and Ack as they arrive; a forbidden message ends the call with INVALID_ARGUMENT."""
+    async def _read_control(self, requests, session: StreamSession, attachment: Attachment) -> str | None:
+        """Apply Cancel and Ack as they arrive. A message the contract forbids ends the stream with
+        End(ERROR) (the call then closes with INVALID_ARGUMENT); returns what was wrong."""
         try:
             async for message in requests:
-                kind = message.WhichOneof("kind")
-                if kind == "cancel":
-                    await session.stop(pb.END_REASON_CANCELLED, "cancelled by the client", message.cancel.played_frames)
-                elif kind == "ack":
-                    session.acknowledge(message.ack.seq)
+                if isinstance(message, UnreadableMessage):
+                    violation = message.reason
                 else:
-                    raise ProtocolViolation(
-                        f"{kind or 'empty message'} after the first message: only cancel and ack may follow"
-                    )
-        except ProtocolViolation as error:
-            violation.append(str(error))
-            await session.interrupt(violated)
-        except (asyncio.CancelledError, grpc.RpcError):
+                    kind = message.WhichOneof("kind")
+                    if kind == "cancel":
+                        played = message.cancel.played_frames
+                        await session.stop(pb.END_REASON_CANCELLED, "cancelled by the client", played)
+                        continue
+                    if kind == "ack":
+                        session.acknowledge(message.ack.seq)
+                        continue
+                    violation = f"{kind or 'an empty message'} after the first message: only cancel and ack may follow"
+                if not attachment.superseded:
+                    await session.stop(pb.END_REASON_ERROR, f"protocol violation: {violation}")
+                return violation
+        except (asyncio.CancelledError, grpc.RpcError, grpc.aio.UsageError):
             pass  # the call is over; the handler decides what happens to the session
+        return None
 
-    def _expire(self, session: StreamSession) -> None:
+    def _expire(self, session: StreamSession, why: str) -> None:
         """No client came back for a detached stream: stop it and forget it."""
 
         async def stop_and_forget() -> None:
-            await session.stop(pb.END_REASON_CANCELLED, "client disconnected")
+            await session.stop(pb.END_REASON_CANCELLED, why)
             if not session.attached:
                 self._forget(session)
 
@@ -209,38 +306,22 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         task.add_done_callback(self._background.discard)
 
     def _forget(self, session: StreamSession) -> None:
-        self.sessions.pop(session.stream_id, None)
+        if self.sessions.get(session.stream_id) is session:
+            del self.sessions[session.stream_id]
         self.metrics.active.set(len(self.sessions))
 
-    def _client_identity(self, context) -> str:
-        # With auth on, the (already verified) token identifies the client; else its address does.
-        token = bearer_token(context.invocation_metadata())
-        if token:
-            return token_identity(token)
-        peer = context.peer() or "unknown"
-        return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
-
-    async def _reject(self, context, status: str, message: str):
-        self.metrics.rejected.labels(status=status.lower()).inc()
-        log.info("rejected: %s %s", status, message)
-        await context.abort(getattr(grpc.StatusCode, status), message)
+    async def _reject(self, context, rejection: _Rejected):
+        self.metrics.rejected.labels(status=rejection.status.lower()).inc()
+        log.info("rejected: %s %s", rejection.status, rejection.message)
+        await context.abort(getattr(grpc.StatusCode, rejection.status), rejection.message)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new streams, let running ones finish for `grace_s`, then end them with ERROR."""
-        self._draining = True
-        deadline = asyncio.get_running_loop().time() + grace_s
-        while any(not s.finished for s in self.sessions.values()):
-            if asyncio.get_running_loop().time() >= deadline:
-                break
+        self.set_unavailable(SHUTTING_DOWN)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while any(not s.finished for s in self.sessions.values()) and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        await asyncio.gather(
-            *(
-                s.stop(pb.END_REASON_ERROR, "server shutting down")
-                for s in list(self.sessions.values())
-                if not s.finished
-            )
-        )
-        with contextlib.suppress(Exception):
-            await self.source.close()
+        await self.stop_streams(pb.END_REASON_ERROR, "server shutting down")

@@ -2,7 +2,8 @@
 
 A session outlives its connection: generation runs in its own task and appends Chunks; a
 connection follows the session from some seq on. That is what lets a client reattach (Resume)
-without re-synthesis, and what makes cancel, disconnect and shutdown one code path: `stop()`.
+without re-synthesis, and what makes cancel, disconnect, engine failure and shutdown one code
+path: `stop()`. Whatever fails, the session decides exactly one End.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.server.metrics import Metrics
-from codecstream.server.source import CodeStream, StopReason
+from codecstream.server.source import CodeStream, GenerationFailed, StopReason
 from codecstream.v1 import synthesis_pb2 as pb
 from google.protobuf import timestamp_pb2
 
 log = logging.getLogger(__name__)
+
+#: How long a stop waits for the generator to wind down (the engine's last step, its abort
+#: acknowledgement) before it gives up on it; a healthy engine takes one step (tens of ms).
+STOP_WAIT_S = 2.0
 
 
 class ResumeUnavailable(Exception):
@@ -42,23 +47,33 @@ class StopRequest:
     played_frames: int = 0
 
 
+class Attachment:
+    """One connection following a session; set `superseded` when a Resume on another call takes over."""
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+        self.superseded = False
+
+
 class StreamSession:
     def __init__(
         self,
         stream_id: str,
         code_stream: CodeStream,
         schedule: ChunkSchedule,
-        max_frames: int,
         client_request_id: str,
+        principal: str,
         resumable: bool,
         retained_chunks: int,
         metrics: Metrics,
     ) -> None:
         self.stream_id = stream_id
+        #: Who started the stream: only they may resume it.
+        self.principal = principal
         self.resumable = resumable
         self._code_stream = code_stream
         self._schedule = schedule
-        self._max_frames = max_frames
+        self._max_frames = code_stream.max_frames
         self._retained_limit = retained_chunks
         self._metrics = metrics
         self._started = time.monotonic()
@@ -71,7 +86,7 @@ class StreamSession:
             reference_frames=len(reference),
             client_request_id=client_request_id,
             started_at=started_at,
-            max_frames=max_frames,
+            max_frames=self._max_frames,
         )
         #: Chunks not yet dropped: unsent ones always, sent ones until acked (resumable streams).
         self._chunks: collections.deque[pb.Chunk] = collections.deque()
@@ -80,10 +95,11 @@ class StreamSession:
         self._first_frame_us = 0
         self._last_sent_seq = -1
         self._stop: StopRequest | None = None
+        self._frames_after_stop = 0
         self.end: pb.End | None = None
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
-        self.attached = False
+        self._attachment: Attachment | None = None
         self._detach_timer: asyncio.TimerHandle | None = None
 
     # -- generation --------------------------------------------------------------------------
@@ -96,53 +112,67 @@ class StreamSession:
         return int((time.monotonic() - self._started) * 1e6)
 
     async def _generate(self) -> None:
+        reason, message = pb.END_REASON_EOS, ""
+        try:
+            reason = await self._chunk_frames()
+        except asyncio.CancelledError:
+            pass  # stop() gave up waiting for the generator; the stop request says why
+        except GenerationFailed as error:
+            log.warning("stream %s: generation failed: %s", self.stream_id, error)
+            reason, message = pb.END_REASON_ERROR, f"generation failed: {error}"
+            self._metrics.errors.labels(kind="generation").inc()
+        except Exception:  # a bug: the client gets End(ERROR) and the log the traceback, not a hang
+            log.exception("stream %s: generation failed", self.stream_id)
+            reason, message = pb.END_REASON_ERROR, f"internal server error (logged with stream id {self.stream_id})"
+            self._metrics.errors.labels(kind="internal").inc()
+        finally:
+            await self._abort_generator()
+            if self._stop is not None:
+                reason, message = self._stop.reason, self._stop.message
+                self._metrics.frames_after_stop.observe(self._frames_after_stop + self._code_stream.frames_after_abort)
+            await self._finish(reason, message)
+
+    async def _chunk_frames(self) -> int:
+        """Group generated frames into chunks until the generator ends; return the End reason."""
         sizes = iter(self._schedule)
         target = next(sizes)
         pending: list[np.ndarray] = []
         pending_frames = 0
         total = 0
         last_step = None
-        reason, message = pb.END_REASON_EOS, ""
-        try:
-            async for frames in self._code_stream:
-                now = time.monotonic()
-                if last_step is not None:
-                    self._metrics.step_interval.observe(now - last_step)
-                last_step = now
-                if total == 0 and len(frames):
-                    self._first_frame_us = self._elapsed_us()
-                    self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
-                room = self._max_frames - total
-                frames = frames[:room]
-                total += len(frames)
-                pending.append(frames)
-                pending_frames += len(frames)
-                while pending_frames >= target:
-                    block = np.concatenate(pending)
-                    await self._emit(block[:target])
-                    rest = block[target:]
-                    pending, pending_frames = ([rest] if len(rest) else []), len(rest)
-                    target = next(sizes)
-                if total >= self._max_frames:
-                    reason = pb.END_REASON_MAX_FRAMES
-                    await self._code_stream.abort()
-                    break
-            else:
-                if self._code_stream.stop_reason is StopReason.MAX_FRAMES:
-                    reason = pb.END_REASON_MAX_FRAMES
-            if pending_frames:
-                await self._emit(np.concatenate(pending))
-        except asyncio.CancelledError:
-            # stop() cancelled generation: the engine request must not outlive it.
-            await self._code_stream.abort()
-            stop = self._stop or StopRequest(pb.END_REASON_CANCELLED)
-            reason, message = stop.reason, stop.message
-        except Exception as error:  # the engine failed: the client gets End(ERROR), not a hang
-            log.exception("stream %s: generation failed", self.stream_id)
-            await self._code_stream.abort()
-            reason, message = pb.END_REASON_ERROR, f"generation failed: {type(error).__name__}: {error}"
-            self._metrics.errors.labels(kind="generation").inc()
-        await self._finish(reason, message)
+        async for frames in self._code_stream:
+            if self._stop is not None:
+                # Generated after the stop was asked for: never sent, counted.
+                self._frames_after_stop += len(frames)
+                continue
+            now = time.monotonic()
+            if last_step is not None:
+                self._metrics.step_interval.observe(now - last_step)
+            last_step = now
+            if total == 0 and len(frames):
+                self._first_frame_us = self._elapsed_us()
+                self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
+            frames = frames[: self._max_frames - total]
+            total += len(frames)
+            pending.append(frames)
+            pending_frames += len(frames)
+            while pending_frames >= target:
+                block = np.concatenate(pending)
+                await self._emit(block[:target])
+                rest = block[target:]
+                pending, pending_frames = ([rest] if len(rest) else []), len(rest)
+                target = next(sizes)
+            if total >= self._max_frames:
+                break
+        if pending_frames:
+            await self._emit(np.concatenate(pending))
+        if total >= self._max_frames:
+            return pb.END_REASON_MAX_FRAMES
+        if self._code_stream.stop_reason is StopReason.MAX_FRAMES:
+            # The engine stopped at its length limit before the announced budget: the budget
+            # was computed wrongly, and saying MAX_FRAMES would be a false reason.
+            raise GenerationFailed(f"the engine stopped at its length limit after {total} of {self._max_frames} frames")
+        return pb.END_REASON_EOS
 
     async def _emit(self, codes: np.ndarray) -> None:
         async with self._changed:
@@ -179,14 +209,29 @@ class StreamSession:
             self._changed.notify_all()
 
     async def stop(self, reason: int, message: str = "", played_frames: int = 0) -> None:
-        """End the stream now (cancel, disconnect, shutdown); returns once End is decided."""
+        """End the stream now (cancel, disconnect, engine failure, shutdown); returns once End is decided.
+
+        The generator is aborted and given STOP_WAIT_S to deliver its last step, so that what it
+        generated after the stop is counted; a generator that hangs is cancelled."""
         if self.end is None and self._stop is None:
             self._stop = StopRequest(reason, message, played_frames)
-            if self._task is not None:
-                self._task.cancel()
-        if self._task is not None:
+            await self._abort_generator()
+        if self._task is None:
+            return
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._task), STOP_WAIT_S)
+        if not self._task.done():
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(self._task)
+
+    async def _abort_generator(self) -> None:
+        # abort() promises not to raise; if it does anyway, End must still be decided.
+        try:
+            await self._code_stream.abort()
+        except Exception:
+            log.exception("stream %s: aborting the generator failed", self.stream_id)
+            self._metrics.errors.labels(kind="abort").inc()
 
     @property
     def finished(self) -> bool:
@@ -209,17 +254,17 @@ class StreamSession:
             )
         return wanted
 
-    async def follow(self, first_seq: int, interrupted: asyncio.Event) -> AsyncIterator[pb.SynthesizeResponse]:
+    async def follow(self, first_seq: int, attachment: Attachment) -> AsyncIterator[pb.SynthesizeResponse]:
         """Header, the chunks from `first_seq` on as they come, then End; stops early, without End,
-        once `interrupted` is set and `interrupt()` called (the connection is being torn down)."""
+        once `attachment` ends (the connection is torn down or superseded)."""
         yield pb.SynthesizeResponse(header=self.header)
         next_seq = first_seq
         while True:
             async with self._changed:
                 await self._changed.wait_for(
-                    lambda after=next_seq: self._next_seq > after or self.end is not None or interrupted.is_set()
+                    lambda after=next_seq: self._next_seq > after or self.end is not None or attachment.ended.is_set()
                 )
-                if interrupted.is_set():
+                if attachment.ended.is_set():
                     return
                 ready = [chunk for chunk in self._chunks if chunk.seq >= next_seq]
                 # End is decided only after the last chunk is appended, so this snapshot is complete.
@@ -235,10 +280,10 @@ class StreamSession:
                 yield pb.SynthesizeResponse(end=end)
                 return
 
-    async def interrupt(self, interrupted: asyncio.Event) -> None:
-        """Set `interrupted` and wake the connections following this session."""
+    async def end_attachment(self, attachment: Attachment) -> None:
+        """Stop `attachment`'s follow() and wake it."""
         async with self._changed:
-            interrupted.set()
+            attachment.ended.set()
             self._changed.notify_all()
 
     def _on_sent(self, seq: int) -> None:
@@ -254,15 +299,31 @@ class StreamSession:
         while self._chunks and self._chunks[0].seq <= min(seq, self._last_sent_seq):
             self._chunks.popleft()
 
-    def attach(self) -> None:
+    @property
+    def retained_chunks(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def attached(self) -> bool:
+        return self._attachment is not None
+
+    async def attach(self) -> Attachment:
+        """A connection follows the session from now on; one that followed it before is superseded."""
         if self._detach_timer is not None:
             self._detach_timer.cancel()
             self._detach_timer = None
-        self.attached = True
+        previous, self._attachment = self._attachment, Attachment()
+        if previous is not None:
+            previous.superseded = True
+            await self.end_attachment(previous)
+        return self._attachment
 
-    def detach(self, window_s: float, on_expiry) -> None:
-        """The connection went away. A resumable stream waits `window_s` for a Resume."""
-        self.attached = False
+    def detach(self, attachment: Attachment, window_s: float, on_expiry) -> None:
+        """`attachment`'s connection went away. A resumable stream waits `window_s` for a Resume;
+        a superseded attachment changes nothing (another connection follows the session)."""
+        if attachment is not self._attachment:
+            return
+        self._attachment = None
         if self.resumable and window_s > 0:
             self._detach_timer = asyncio.get_running_loop().call_later(window_s, on_expiry)
         else:

@@ -13,6 +13,8 @@ import enum
 from collections.abc import AsyncIterator
 
 import numpy as np
+from codecstream.protocol.decoding import NUM_CODEBOOKS
+from codecstream.server.reference_audio import ReferenceAudio
 from codecstream.v1 import codec_pb2
 
 
@@ -36,17 +38,19 @@ class SamplingOverrides:
 
 @dataclasses.dataclass(frozen=True)
 class SynthesisRequest:
-    """One synthesis request after the service has checked its shape (not its voice or language)."""
+    """One synthesis request after the service has checked it against the contract, the limits and
+    what the model offers (its voice and language are the model's own spelling)."""
 
     text: str
     task_type: TaskType = TaskType.CUSTOM_VOICE
     voice: str = ""
     language: str = "Auto"
     instructions: str = ""
-    reference_audio: bytes = b""
+    #: Decoded reference speech (BASE only).
+    reference: ReferenceAudio | None = None
     reference_text: str = ""
     seed: int | None = None
-    sampling: SamplingOverrides = SamplingOverrides()
+    sampling: SamplingOverrides = dataclasses.field(default_factory=SamplingOverrides)
     max_frames: int = 0
 
 
@@ -55,6 +59,22 @@ class VoiceInfo:
     name: str
     description: str = ""
     languages: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOffering:
+    """What a loaded model serves, as GetCodecInfo and ListVoices report it."""
+
+    task_types: tuple[TaskType, ...]
+    #: Preset voices in the checkpoint's order.
+    voices: tuple[VoiceInfo, ...] = ()
+    #: Languages as users write them ("English"), "Auto" first.
+    languages: tuple[str, ...] = ("Auto",)
+
+    @property
+    def default_voice(self) -> str:
+        """The voice an empty Start.voice gets: the first preset, as vLLM-Omni's speech API picks it."""
+        return self.voices[0].name if self.voices else ""
 
 
 class RequestRejected(Exception):
@@ -66,6 +86,14 @@ class RequestRejected(Exception):
         self.message = message
 
 
+class GenerationFailed(Exception):
+    """Generation stopped on a failure; the message is one line a client may read (End.message)."""
+
+
+class SourceUnavailable(Exception):
+    """The source cannot serve at all (its engine died); the message says why, in one line."""
+
+
 class StopReason(enum.Enum):
     EOS = "eos"
     MAX_FRAMES = "max_frames"
@@ -75,17 +103,23 @@ class CodeStream(abc.ABC):
     """Code frames of one request, in order, as the generator produces them."""
 
     #: Codes that prime the client's decoder and are never played (voice clone); shape (n, 16) int16.
-    reference_codes: np.ndarray = np.zeros((0, 16), dtype=np.int16)
+    reference_codes: np.ndarray = np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
+    #: The most frames this stream can yield (the request's limit, or less if the generator's
+    #: context cannot hold more): what Header.max_frames announces.
+    max_frames: int = 0
     #: Set once iteration ends normally.
     stop_reason: StopReason | None = None
+    #: Frames the generator produced after abort() that were never yielded (measured, not sent).
+    frames_after_abort: int = 0
 
     @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        """Yield int16 arrays of shape (k, 16), k >= 1, as soon as the generator has them."""
+        """Yield int16 arrays of shape (k, 16), k >= 1, as soon as the generator has them; raise
+        GenerationFailed when generation fails."""
 
     @abc.abstractmethod
     async def abort(self) -> None:
-        """Stop generating now and release everything the request holds; safe to call twice."""
+        """Stop generating now and release everything the request holds; safe to call twice, never raises."""
 
 
 class CodeSource(abc.ABC):
@@ -95,22 +129,21 @@ class CodeSource(abc.ABC):
     codec: codec_pb2.CodecSpec
     #: Name of the loaded model (path or hub id), reported by GetCodecInfo.
     model_name: str = ""
-
-    @abc.abstractmethod
-    def voices(self) -> list[VoiceInfo]: ...
-
-    @abc.abstractmethod
-    def languages(self) -> list[str]: ...
-
-    @abc.abstractmethod
-    def supported_task_types(self) -> list[TaskType]: ...
+    #: Task types, voices and languages of the model.
+    offering: ModelOffering
 
     @abc.abstractmethod
     async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
-        """Start generating; raise RequestRejected for a voice, language or task it cannot serve."""
+        """Start generating; return once the generator has accepted the request (the Header may be
+        sent then). Raise RequestRejected for a request it cannot serve, SourceUnavailable when it
+        cannot serve at all."""
 
     async def start(self) -> None:
-        """Load the model and warm up; called once before serving."""
+        """Load the model and warm up; called before serving, and again to restart after a failure."""
+        return None
+
+    async def check_health(self) -> None:
+        """Raise SourceUnavailable if the source can no longer serve (cheap: called a few times a second)."""
         return None
 
     async def live_requests(self) -> int:
@@ -118,5 +151,5 @@ class CodeSource(abc.ABC):
         return 0
 
     async def close(self) -> None:
-        """Release the generator (engine shutdown)."""
+        """Release the generator (engine shutdown); safe on a source that failed or never started."""
         return None

@@ -1,62 +1,112 @@
 """Codes from the real Qwen3-TTS talker: a `CodeSource` over vLLM-Omni's AsyncOmni.
 
 One request is one `AsyncOmni.generate` call on the talker-only pipeline. The engine yields one
-output per decode step; its `codes.audio` grows by one row of 16 codes per step (after a first
-output that carries one all-zero row per prompt position), so a stream yields exactly the rows it
-has not yielded before. The step that samples codec EOS (2150) adds no frame and ends the stream.
+output per decode step. Its `codes.audio` is the whole history so far: first a tensor with one
+all-zero row per prompt position, then a list of per-step tensors that grows by one row of 16 codes
+per step, and at the end the concatenation. A stream converts only the rows it has not seen (per
+step work stays O(1), not O(frames so far)). The step that samples codec EOS (2150) adds no frame
+and ends the stream.
+
+Everything slow in a request (the prompt dict with the reference samples, tokenizing the text to
+size the prompt) is built in a worker thread, and the engine itself is created in one: the event
+loop keeps serving every other stream meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import copy
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from codecstream.server.engine.checkpoint_info import (
-    AUTO_LANGUAGE,
-    CheckpointInfo,
-    read_checkpoint_info,
-    resolve_model_dir,
-)
-from codecstream.server.engine.deploy_config import default_deploy_config
-from codecstream.server.engine.reference_audio import ReferenceAudioError, decode_reference_audio, silent_wav
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
+from codecstream.protocol.preview import preview
+from codecstream.server.checkpoint_info import AUTO_LANGUAGE, read_checkpoint_info, resolve_model_dir
+from codecstream.server.reference_audio import silent_wav
 from codecstream.server.source import (
     CodeSource,
     CodeStream,
+    GenerationFailed,
     RequestRejected,
+    SourceUnavailable,
     StopReason,
     SynthesisRequest,
     TaskType,
-    VoiceInfo,
 )
 
-NUM_CODEBOOKS = 16
-CODEBOOK_SIZE = 2048
-#: Frames a request may generate when it does not say (about 2 min 44 s of audio).
-DEFAULT_MAX_FRAMES = 2048
+log = logging.getLogger(__name__)
+
 _TALKER_STAGE = 0
+#: How long an abort may take before the stream stops waiting for the engine's acknowledgement.
+_ABORT_TIMEOUT_S = 2.0
+_ENGINE_DEAD = "the talker engine stopped (its worker failed or was killed); the server is restarting it"
+
+
+class FrameCursor:
+    """Where one request is in the engine's growing `codes.audio` history: each output's value
+    gives only the frames not taken before, converting only those rows (a list value's older
+    parts are never touched), and never the prompt's placeholder rows."""
+
+    def __init__(self, prompt_rows: int) -> None:
+        self._prompt_rows = prompt_rows
+        #: Rows taken so far (prompt rows included), and how many list parts they fill (None
+        #: after a concatenated tensor, until the next list is lined up with them).
+        self._rows_seen = 0
+        self._parts_seen: int | None = 0
+
+    def advance(self, audio: Any) -> np.ndarray:
+        rows_before = self._rows_seen
+        rows = self._new_rows(audio)
+        return rows[max(0, self._prompt_rows - rows_before) :]
+
+    def _new_rows(self, audio: Any) -> np.ndarray:
+        if audio is None:
+            return _no_frames()
+        if isinstance(audio, (list, tuple)):
+            if self._parts_seen is None:
+                self._parts_seen, covered = 0, 0
+                while self._parts_seen < len(audio) and covered < self._rows_seen:
+                    covered += _row_count(audio[self._parts_seen])
+                    self._parts_seen += 1
+            new_parts = audio[self._parts_seen :]
+            self._parts_seen = len(audio)
+            rows = np.concatenate([_as_frames(part) for part in new_parts]) if new_parts else _no_frames()
+        else:
+            rows = _as_frames(audio.reshape(-1, NUM_CODEBOOKS)[self._rows_seen :])
+            self._parts_seen = None
+        self._rows_seen += len(rows)
+        return rows
 
 
 class VllmTalkerStream(CodeStream):
     """The frames of one engine request, in order, as the engine steps."""
 
-    def __init__(self, engine: Any, request_id: str, prompt: dict, sampling_params: Any, prompt_rows: int) -> None:
+    def __init__(
+        self, engine: Any, request_id: str, prompt: dict, sampling_params: Any, prompt_rows: int, max_frames: int
+    ) -> None:
         self._engine = engine
         self._request_id = request_id
-        self._prompt_rows = prompt_rows
+        self.max_frames = max_frames
         self._outputs = engine.generate(prompt, request_id=request_id, sampling_params_list=[sampling_params])
         self._first_output: Any | None = None
-        self._rows_seen = 0
+        self._cursor = FrameCursor(prompt_rows)
         self._aborted = False
 
-    async def read_reference_codes(self) -> None:
-        """Wait for the prefill step and take the reference codes the talker encoded (voice clone)."""
-        self._first_output = await self._outputs.__anext__()
-        codes = _codes_of(self._first_output)
-        reference = codes.get("ref")
+    async def accept(self) -> None:
+        """Wait for the engine's first output: the request was accepted and prefilled. Carries the
+        reference codes the talker encoded (voice clone). Raises RequestRejected or SourceUnavailable."""
+        try:
+            self._first_output = await anext(self._outputs)
+        except StopAsyncIteration:
+            raise RequestRejected("UNAVAILABLE", "the engine ended the request before its first step") from None
+        except Exception as error:
+            raise _refusal(error) from None
+        reference = _codes_of(self._first_output).get("ref")
         if reference is not None and len(reference):
             self.reference_codes = _as_frames(reference)
 
@@ -67,135 +117,186 @@ class VllmTalkerStream(CodeStream):
         try:
             if self._first_output is not None:
                 first, self._first_output = self._first_output, None
-                async for frames in self._new_frames(first):
+                frames = self._new_frames(first)
+                if len(frames):
                     yield frames
             async for output in self._outputs:
+                frames = self._new_frames(output)
                 if self._aborted:
-                    break
-                async for frames in self._new_frames(output):
+                    # Generated after abort (the step in flight): counted, never sent.
+                    self.frames_after_abort += len(frames)
+                elif len(frames):
                     yield frames
+        except GenerationFailed:
+            raise
+        except Exception as error:
+            raise _failure(error) from None
         finally:
             if self.stop_reason is None:
                 await self.abort()
-            await self._outputs.aclose()
+            with contextlib.suppress(Exception):
+                await self._outputs.aclose()
 
-    async def _new_frames(self, output: Any) -> AsyncIterator[np.ndarray]:
-        rows = _rows_of(_codes_of(output).get("audio"))
-        start = max(self._rows_seen, self._prompt_rows)
-        self._rows_seen = max(self._rows_seen, len(rows))
-        if len(rows) > start:
-            frames = rows[start:]
-            if output.finished and not frames[-1].any():
+    def _new_frames(self, output: Any) -> np.ndarray:
+        frames = self._cursor.advance(_codes_of(output).get("audio"))
+        if output.finished:
+            if len(frames) and not frames[-1].any():
                 # An EOS step that carries a placeholder row (codebook 0 mapped to 0) is not a frame.
                 frames = frames[:-1]
-            if len(frames):
-                yield frames
-        if output.finished:
-            completion = output.outputs[0]
-            self.stop_reason = StopReason.MAX_FRAMES if completion.finish_reason == "length" else StopReason.EOS
+            if not self._aborted:
+                reason = output.outputs[0].finish_reason
+                self.stop_reason = StopReason.MAX_FRAMES if reason == "length" else StopReason.EOS
+        return frames
 
     async def abort(self) -> None:
-        # The output generator may be suspended inside another task's `async for`; that task sees
-        # `_aborted` (or the engine ending the request) and closes it.
+        # The output generator may be suspended inside another task's `async for`; that task keeps
+        # reading until the engine ends the request, counting what the engine still generated.
         if self._aborted or self.stop_reason is not None:
             return
         self._aborted = True
-        await self._engine.abort(self._request_id)
+        try:
+            await asyncio.wait_for(self._engine.abort(self._request_id), _ABORT_TIMEOUT_S)
+        except Exception as error:  # a dead engine has nothing left to abort
+            log.info("request %s: abort failed: %s", self._request_id, error)
         if not self._outputs.ag_running:
             # Nobody is iterating: closing the generator lets AsyncOmni drop its request state now.
-            await self._outputs.aclose()
+            with contextlib.suppress(Exception):
+                await self._outputs.aclose()
 
 
 class VllmTalkerSource(CodeSource):
-    """Serves requests with the Qwen3-TTS talker of one checkpoint, through vLLM-Omni."""
+    """Serves requests with the Qwen3-TTS talker of one checkpoint, through vLLM-Omni.
 
-    def __init__(self, engine: Any, checkpoint: CheckpointInfo, model_name: str) -> None:
+    Constructing it checks the checkpoint and loads its text tokenizer (seconds); `start()` creates
+    the engine (tens of seconds) and warms it up; `close()` shuts it down; `start()` after
+    `close()` restarts it."""
+
+    def __init__(self, model: str, deploy_config: str | Path | None = None, **engine_kwargs: Any) -> None:
+        self.model_name = model
+        self._model_dir = resolve_model_dir(model)
+        self.checkpoint = read_checkpoint_info(self._model_dir)
+        import vllm_omni  # noqa: F401 - fail here, with ImportError, where the engine is not installed
         from transformers import AutoTokenizer
 
-        self._engine = engine
-        self.checkpoint = checkpoint
-        self.codec = checkpoint.codec
-        self.model_name = model_name
-        self._default_sampling = engine.default_sampling_params_list[_TALKER_STAGE]
+        self.codec = self.checkpoint.codec
+        self.offering = self.checkpoint.offering()
+        self._deploy_config = deploy_config
+        self._engine_kwargs = engine_kwargs
         # The same tokenizer the talker uses, to size the prompt placeholder exactly.
-        self._tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+        self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
+        # Prompts are built off the event loop, one at a time: a fast tokenizer used from two
+        # threads at once can fail ("Already borrowed").
+        self._prompt_builder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt")
+        self._engine: Any | None = None
+        self._max_model_len = 0
+        self._default_sampling: Any | None = None
 
-    @classmethod
-    def create(cls, model: str, deploy_config: str | Path | None = None, **engine_kwargs: Any) -> VllmTalkerSource:
-        """Start the engine for `model` (a checkpoint directory or hub id). Blocks while it loads."""
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the engine (in a thread; the loop keeps serving) and run one short request, so the
+        first client does not pay the engine's first-request costs (seconds on a CPU)."""
+        if self._engine is not None:
+            return
+        creating = asyncio.get_running_loop().run_in_executor(None, self._create_engine)
+        try:
+            engine = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Stopped while starting: the engine still comes up in its thread; shut it down then.
+            engine = await creating
+            await asyncio.to_thread(engine.shutdown)
+            raise
+        self._engine = engine
+        stage = engine.engine.stage_configs[_TALKER_STAGE]
+        self._max_model_len = stage.scheduler_config.max_model_len
+        self._default_sampling = engine.default_sampling_params_list[_TALKER_STAGE]
+        try:
+            stream = await self.open(self._warm_up_request(), "codecstream-warm-up")
+            async for _ in stream:
+                pass
+        except BaseException:
+            await self.close()
+            raise
+
+    def _create_engine(self) -> Any:
         # vLLM-Omni loads general plugins in its worker processes, but in the calling process only
         # after it has resolved the deploy YAML's `pipeline:`; load them first so that the
         # talker-only pipeline is registered by then.
+        from codecstream.server.engine.deploy_config import default_deploy_config
         from vllm_omni import AsyncOmni
         from vllm_omni.plugins import load_omni_general_plugins
 
         load_omni_general_plugins()
-        model_dir = resolve_model_dir(model)
-        checkpoint = read_checkpoint_info(model_dir)
-        deploy = Path(deploy_config) if deploy_config is not None else default_deploy_config()
-        engine = AsyncOmni(model=str(model_dir), deploy_config=str(deploy), **engine_kwargs)
-        return cls(engine, checkpoint, model_name=model)
+        deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
+        return AsyncOmni(model=str(self._model_dir), deploy_config=str(deploy), **self._engine_kwargs)
 
-    def voices(self) -> list[VoiceInfo]:
-        languages = tuple(self.checkpoint.language_names())
-        return [VoiceInfo(name, languages=languages) for name in sorted(self.checkpoint.voices)]
+    async def check_health(self) -> None:
+        if self._engine is None:
+            raise SourceUnavailable("the talker engine is not running")
+        try:
+            await self._engine.check_health()
+        except Exception as error:
+            raise SourceUnavailable(_ENGINE_DEAD) from error
 
-    def languages(self) -> list[str]:
-        return self.checkpoint.language_names()
-
-    def supported_task_types(self) -> list[TaskType]:
-        return [self.checkpoint.task_type]
-
-    async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
-        information = self._additional_information(request)
-        prompt_rows = self._prompt_length(information, request.task_type)
-        prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
-        stream = VllmTalkerStream(self._engine, stream_id, prompt, self._sampling_params(request), prompt_rows)
-        if request.task_type is TaskType.BASE and request.reference_text:
-            # The client needs the reference codes in the stream header, before any frame.
-            try:
-                await stream.read_reference_codes()
-            except BaseException:
-                await stream.abort()
-                raise
-        return stream
-
-    async def start(self) -> None:
-        """Run one short request, so the first client does not pay the engine's first-request costs
-        (the worker loads the text tokenizer and runs its first kernels then: seconds on a CPU)."""
-        stream = await self.open(self._warm_up_request(), "codecstream-warm-up")
-        async for _ in stream:
-            pass
-
-    def _warm_up_request(self) -> SynthesisRequest:
-        task = self.checkpoint.task_type
-        if task is TaskType.CUSTOM_VOICE:
-            return SynthesisRequest(text="Warm up.", voice=sorted(self.checkpoint.voices)[0], seed=0, max_frames=2)
-        if task is TaskType.VOICE_DESIGN:
-            return SynthesisRequest(text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2)
-        return SynthesisRequest(
-            text="Warm up.",
-            task_type=task,
-            reference_audio=silent_wav(seconds=0.5),
-            reference_text="Warm up.",
-            seed=0,
-            max_frames=2,
-        )
+    async def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)
 
     async def live_requests(self) -> int:
         """Requests the engine still holds: the larger of the front end's own request table and the
         requests whose state the engine's model runner holds (asked of the worker processes)."""
+        if self._engine is None:
+            return 0
         front_end = len(self._engine.request_states)
         counts = await self._engine.collective_rpc("codecstream_runner_request_count", stage_ids=[_TALKER_STAGE])
         return max(front_end, sum(_flatten_ints(counts)))
 
-    async def close(self) -> None:
-        await asyncio.to_thread(self._engine.shutdown)
+    def _warm_up_request(self) -> SynthesisRequest:
+        task = self.checkpoint.task_type
+        if task is TaskType.CUSTOM_VOICE:
+            return SynthesisRequest(text="Warm up.", voice=self.offering.default_voice, seed=0, max_frames=2)
+        if task is TaskType.VOICE_DESIGN:
+            return SynthesisRequest(text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2)
+        from codecstream.server.limits import ServerLimits
+        from codecstream.server.reference_audio import decode_reference_audio
 
-    # -- request -> engine prompt ------------------------------------------------------------
+        reference = decode_reference_audio(silent_wav(seconds=0.5), ServerLimits())
+        return SynthesisRequest(
+            text="Warm up.", task_type=task, reference=reference, reference_text="Warm up.", seed=0, max_frames=2
+        )
 
-    def _additional_information(self, request: SynthesisRequest) -> dict[str, list]:
-        """The prompt dict vLLM-Omni's Qwen3-TTS talker reads (as its OpenAI speech adapter builds it)."""
+    # -- requests ----------------------------------------------------------------------------
+
+    async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
+        engine = self._engine
+        if engine is None:
+            raise SourceUnavailable("the talker engine is not running")
+        loop = asyncio.get_running_loop()
+        information, prompt_rows = await loop.run_in_executor(self._prompt_builder, self._prompt, request)
+        # vLLM refuses a prompt longer than its context, and stops generating at the context's end:
+        # N frames need N + 1 sampled tokens after the prompt.
+        room = self._max_model_len - prompt_rows - 1
+        if room < 1:
+            raise RequestRejected(
+                "INVALID_ARGUMENT",
+                f"the prompt (text, instructions and reference) takes {prompt_rows} tokens; the engine's context "
+                f"holds {self._max_model_len}, which leaves no room for audio",
+            )
+        max_frames = min(request.max_frames, room)
+        prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
+        sampling = self._sampling_params(request, max_frames)
+        stream = VllmTalkerStream(engine, stream_id, prompt, sampling, prompt_rows, max_frames)
+        try:
+            await stream.accept()
+        except BaseException:
+            await stream.abort()
+            raise
+        return stream
+
+    def _prompt(self, request: SynthesisRequest) -> tuple[dict[str, list], int]:
+        """The prompt dict vLLM-Omni's Qwen3-TTS talker reads (as its OpenAI speech adapter builds
+        it) and the number of positions it takes; runs in a worker thread."""
         checkpoint = self.checkpoint
         if request.task_type is not checkpoint.task_type:
             raise RequestRejected(
@@ -203,68 +304,55 @@ class VllmTalkerSource(CodeSource):
                 f"task type {request.task_type.value} is not served by this model: {self.model_name} is a "
                 f"{checkpoint.task_type.value} checkpoint",
             )
-        if not request.text.strip():
-            raise RequestRejected("INVALID_ARGUMENT", "text is empty")
-        language = self._language(request.language)
         information: dict[str, list] = {
             "task_type": [request.task_type.value],
             "text": [request.text],
-            "language": [language],
+            "language": [self._language(request.language)],
             "instruct": [request.instructions],
-            "max_new_tokens": [self._max_frames(request)],
+            "max_new_tokens": [request.max_frames],
         }
         if request.task_type is TaskType.CUSTOM_VOICE:
             information["speaker"] = [self._voice(request.voice)]
-        elif request.task_type is TaskType.VOICE_DESIGN:
-            if not request.instructions.strip():
-                raise RequestRejected("INVALID_ARGUMENT", "VoiceDesign needs instructions that describe the voice")
-        else:
+        elif request.task_type is TaskType.BASE:
             information.update(self._voice_clone(request))
-        return information
+        return information, self._prompt_length(information, request.task_type)
 
     def _language(self, language: str) -> str:
         name = (language or AUTO_LANGUAGE).strip()
         if name.lower() == AUTO_LANGUAGE.lower():
             return AUTO_LANGUAGE
-        if name.lower() not in self.checkpoint.languages:
+        if name.title() not in self.offering.languages:
             raise RequestRejected(
                 "INVALID_ARGUMENT",
-                f"unknown language {language!r}: this model speaks {', '.join(self.checkpoint.language_names())}",
+                f"unknown language {preview(language)}: this model speaks {', '.join(self.offering.languages)}",
             )
         return name.title()
 
     def _voice(self, voice: str) -> str:
-        name = voice.strip().lower()
-        known = sorted(self.checkpoint.voices)
-        if not name:
-            raise RequestRejected("INVALID_ARGUMENT", f"CustomVoice needs a voice, one of {', '.join(known)}")
+        name = (voice.strip() or self.offering.default_voice).lower()
         if name not in self.checkpoint.voices:
-            raise RequestRejected("INVALID_ARGUMENT", f"unknown voice {voice!r}: this model has {', '.join(known)}")
+            known = ", ".join(self.checkpoint.voices)
+            raise RequestRejected("INVALID_ARGUMENT", f"unknown voice {preview(voice)}: this model has {known}")
         return name
 
     def _voice_clone(self, request: SynthesisRequest) -> dict[str, list]:
-        if not request.reference_audio:
+        reference = request.reference
+        if reference is None:
             raise RequestRejected("INVALID_ARGUMENT", "Base (voice clone) needs reference_audio")
-        try:
-            reference = decode_reference_audio(request.reference_audio)
-        except ReferenceAudioError as error:
-            raise RequestRejected("INVALID_ARGUMENT", str(error)) from None
-        from codecstream.server.engine.reference_audio import ENCODER_SAMPLE_RATE_HZ
+        from codecstream.protocol.decoding import SAMPLE_RATE_HZ
 
         # With a transcript the talker clones in context (ICL): the reference codes become the
         # decoder's left context. Without one it clones from the speaker embedding only.
         in_context = bool(request.reference_text.strip())
         information: dict[str, list] = {
-            "ref_audio": [[reference.samples.tolist(), ENCODER_SAMPLE_RATE_HZ]],
+            # A plain list, as vLLM-Omni's own speech API sends it to the engine.
+            "ref_audio": [[reference.samples.tolist(), SAMPLE_RATE_HZ]],
             "x_vector_only_mode": [not in_context],
             "ref_code_length": [reference.num_frames],
         }
         if in_context:
             information["ref_text"] = [request.reference_text]
         return information
-
-    def _max_frames(self, request: SynthesisRequest) -> int:
-        return request.max_frames if request.max_frames > 0 else DEFAULT_MAX_FRAMES
 
     def _prompt_length(self, information: dict[str, list], task_type: TaskType) -> int:
         from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
@@ -277,13 +365,13 @@ class VllmTalkerSource(CodeSource):
             spk_is_dialect=self.checkpoint.voice_dialects,
         )
 
-    def _sampling_params(self, request: SynthesisRequest) -> Any:
+    def _sampling_params(self, request: SynthesisRequest, max_frames: int) -> Any:
         from vllm.sampling_params import RequestOutputKind
 
         params = copy.deepcopy(self._default_sampling)
         # The step that samples frame N+1 (or EOS) is the one that delivers frame N, so N frames
         # need N+1 sampled tokens; a length stop then means exactly max_frames frames.
-        params.max_tokens = self._max_frames(request) + 1
+        params.max_tokens = max_frames + 1
         params.min_tokens = min(params.min_tokens, params.max_tokens)
         params.output_kind = RequestOutputKind.DELTA
         overrides = request.sampling
@@ -298,20 +386,40 @@ class VllmTalkerSource(CodeSource):
         return params
 
 
+def _refusal(error: Exception) -> Exception:
+    """What the client is told when the engine refuses a request before its first step."""
+    if _is_engine_dead(error):
+        return SourceUnavailable(_ENGINE_DEAD)
+    return RequestRejected("INVALID_ARGUMENT", f"the engine refused the request: {_one_line(error)}")
+
+
+def _failure(error: Exception) -> GenerationFailed:
+    if _is_engine_dead(error):
+        return GenerationFailed(_ENGINE_DEAD)
+    return GenerationFailed(f"the engine failed the request: {_one_line(error)}")
+
+
+def _is_engine_dead(error: Exception) -> bool:
+    return "EngineDead" in type(error).__name__
+
+
+def _one_line(error: Exception, limit: int = 200) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _codes_of(output: Any) -> dict:
     multimodal = output.outputs[0].multimodal_output or {}
     return multimodal.get("codes") or {}
 
 
-def _rows_of(audio: Any) -> np.ndarray:
-    """All rows so far: the engine hands either the concatenation or the list of per-step rows."""
-    if audio is None:
-        return np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
-    if isinstance(audio, (list, tuple)):
-        if not audio:
-            return np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
-        return np.concatenate([_as_frames(part) for part in audio])
-    return _as_frames(audio)
+def _no_frames() -> np.ndarray:
+    return np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
+
+
+def _row_count(part: Any) -> int:
+    size = part.numel() if hasattr(part, "numel") else np.asarray(part).size
+    return int(size) // NUM_CODEBOOKS
 
 
 def _as_frames(tensor: Any) -> np.ndarray:
@@ -319,7 +427,7 @@ def _as_frames(tensor: Any) -> np.ndarray:
     array = array.reshape(-1, NUM_CODEBOOKS)
     if array.size and (array.min() < 0 or array.max() >= CODEBOOK_SIZE):
         bad = np.argwhere((array < 0) | (array >= CODEBOOK_SIZE))[0]
-        raise RuntimeError(
+        raise GenerationFailed(
             f"talker produced an out-of-range code: row {bad[0]} codebook {bad[1]} has "
             f"{array[bad[0], bad[1]]}, codebook size is {CODEBOOK_SIZE}"
         )

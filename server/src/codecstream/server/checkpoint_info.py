@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from codecstream.protocol import decoder_digest, qwen3_tts_12hz_spec
-from codecstream.server.source import TaskType
+from codecstream.server.source import ModelOffering, TaskType, VoiceInfo
 from codecstream.v1 import codec_pb2
 
 AUTO_LANGUAGE = "Auto"
@@ -32,17 +32,35 @@ class CheckpointError(ValueError):
 class CheckpointInfo:
     path: Path
     task_type: TaskType
-    #: Preset voice name (lower case, as in spk_id) -> codec token id.
+    #: Preset voice name (lower case, as in spk_id) -> codec token id, in the checkpoint's order.
     voices: dict[str, int]
     #: Language name (lower case, as in codec_language_id) -> codec token id; "auto" is implicit.
+    #: The whole table, dialects included: the talker's prompt length depends on it.
     languages: dict[str, int]
     #: Voice name -> dialect language the talker switches to for Chinese/Auto (or "").
     voice_dialects: dict[str, str]
     codec: codec_pb2.CodecSpec
 
     def language_names(self) -> list[str]:
-        """Languages as users write them ("English"), "Auto" first."""
-        return [AUTO_LANGUAGE, *sorted(name.title() for name in self.languages)]
+        """Languages a request may name, as users write them ("English"), "Auto" first.
+
+        The dialect entries (beijing_dialect, sichuan_dialect) are not languages to ask for: the
+        talker switches a dialect voice to its dialect by itself, and qwen-tts refuses them."""
+        names = (name.title() for name in self.languages if "dialect" not in name)
+        return [AUTO_LANGUAGE, *sorted(names)]
+
+    def offering(self) -> ModelOffering:
+        """What a server of this checkpoint offers, the same whether it runs the engine or replays."""
+        return ModelOffering(
+            task_types=(self.task_type,),
+            voices=tuple(VoiceInfo(name, description=self._voice_description(name)) for name in self.voices),
+            languages=tuple(self.language_names()),
+        )
+
+    def _voice_description(self, voice: str) -> str:
+        dialect = self.voice_dialects.get(voice)
+        # The talker switches such a voice to its dialect for Chinese (and Auto) text.
+        return f"speaks Chinese in {dialect.replace('_', ' ').title()}" if dialect else ""
 
 
 def resolve_model_dir(model: str) -> Path:

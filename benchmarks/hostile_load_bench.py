@@ -1,0 +1,341 @@
+"""Hostile requests against a live engine: do normal streams keep their cadence, does health answer?
+
+Runs `codecstream-server --model` in its own process on a tiny random checkpoint (the real vLLM-Omni
+talker on the CPU), once with a CustomVoice checkpoint and once with a Base (voice clone) one. Each
+runs two phases of the same length: "quiet" (normal streams and a health prober) and "hostile"
+(the same, while hostile requests arrive one after another: the largest text, instructions,
+transcript and reference audio the limits allow, and requests far over them). Normal streams use
+one frame per chunk, so the client sees every engine step; their cadence is the time between
+successive frames at the client. Writes benchmarks/results/hostile_load.json and a PNG.
+
+    .venv/bin/python benchmarks/hostile_load_bench.py               # ~8 min here (two engine starts)
+    .venv/bin/python benchmarks/hostile_load_bench.py --seconds 10 --streams 4   # a quicker look
+
+Target (issue 10): with hostile requests arriving, normal streams' cadence p99 rises by <= 50 ms
+and health answers within 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import io
+import json
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import numpy as np
+from codecstream.server.limits import ServerLimits
+from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.v1 import synthesis_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+#: Streams long enough to outlast a phase: the random talker's EOS comes after ~5000 frames on average.
+MEAN_FRAMES = 5000
+
+
+def machine() -> dict:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "unknown"
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_1m_at_start": os.getloadavg()[0],
+    }
+
+
+def percentiles(values) -> dict:
+    if len(values) == 0:
+        return {}
+    array = np.asarray(values, dtype=float)
+    return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
+
+
+def wav(samples: np.ndarray, rate: int, subtype: str = "FLOAT") -> bytes:
+    import soundfile
+
+    out = io.BytesIO()
+    soundfile.write(out, samples, rate, format="WAV", subtype=subtype)
+    return out.getvalue()
+
+
+def tone(seconds: float, rate: int, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    mono = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    return mono if channels == 1 else np.repeat(mono[:, None], channels, axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hostile:
+    name: str
+    start: pb.Start
+    #: True if the limits allow it (it must be served), False if it must be refused.
+    allowed: bool
+
+
+def hostile_requests(variant: str) -> list[Hostile]:
+    limits = ServerLimits()
+    if variant == "custom_voice":
+        return [
+            Hostile("largest text (2000 chars)", pb.Start(text="é" * limits.max_text_chars, max_frames=3), True),
+            Hostile(
+                "largest text and instructions",
+                pb.Start(
+                    text="a" * limits.max_text_chars, instructions="b" * limits.max_instructions_chars, max_frames=3
+                ),
+                True,
+            ),
+            Hostile("instructions of 1 MB", pb.Start(text="Hi.", instructions="i" * 1_000_000), False),
+            Hostile("instructions of 3.9 MB", pb.Start(text="Hi.", instructions="i" * 3_900_000), False),
+            Hostile("text of 3 MB", pb.Start(text="t" * 3_000_000), False),
+            Hostile("2000 emoji (over the context)", pb.Start(text="😀" * 2000), False),
+            Hostile("voice of 70 KB", pb.Start(text="Hi.", voice="v" * 70_000), False),
+        ]
+    rate = 48_000
+    largest_bytes = (limits.max_reference_audio_bytes - 4096) / (rate * 2 * 4)
+    by_bytes = wav(tone(largest_bytes, rate, channels=2), rate)
+    by_duration = wav(tone(limits.max_reference_audio_s - 0.1, 24_000), 24_000, subtype="PCM_16")
+
+    def clone(audio: bytes, transcript: str = "A reference.", **fields) -> pb.Start:
+        reference = pb.ReferenceAudio(audio=audio, transcript=transcript)
+        return pb.Start(text="Hi.", task_type=pb.TASK_TYPE_BASE, reference_audio=reference, **fields)
+
+    return [
+        Hostile(f"largest reference by bytes ({len(by_bytes) / 1e6:.1f} MB)", clone(by_bytes, max_frames=3), True),
+        Hostile("largest reference by duration (60 s)", clone(by_duration, max_frames=3), True),
+        Hostile(
+            "largest transcript (1000 chars)",
+            clone(wav(tone(2, 24_000), 24_000), "r" * limits.max_reference_transcript_chars, max_frames=3),
+            True,
+        ),
+        Hostile("transcript of 3 MB", clone(wav(tone(2, 24_000), 24_000), "r" * 3_000_000), False),
+        Hostile("reference of 42 ms", clone(wav(np.zeros(1024, np.float32), 24_000)), False),
+        Hostile("all-NaN reference", clone(wav(np.full(24_000, np.nan, np.float32), 24_000)), False),
+    ]
+
+
+def normal_start(variant: str, index: int, max_frames: int) -> pb.Start:
+    chunking = pb.ChunkingPolicy(first_chunk_frames=1, ramp_frames=[1])
+    if variant == "custom_voice":
+        return pb.Start(text="A normal sentence.", voice="ryan", seed=index, max_frames=max_frames, chunking=chunking)
+    reference = pb.ReferenceAudio(audio=wav(tone(1.0, 16_000), 16_000), transcript="A reference.")
+    return pb.Start(
+        text="A normal sentence.",
+        task_type=pb.TASK_TYPE_BASE,
+        reference_audio=reference,
+        seed=index,
+        max_frames=max_frames,
+        chunking=chunking,
+    )
+
+
+class ServerProcess:
+    def __init__(self, checkpoint: pathlib.Path, folder: pathlib.Path) -> None:
+        port_file = folder / "port"
+        port_file.unlink(missing_ok=True)
+        self.log = open(folder / "server.log", "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "codecstream.server.cli", "--model", str(checkpoint), "--port", "0",
+             "--port-file", str(port_file), "--log-level", "WARNING"],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        started = time.monotonic()
+        while not (port_file.exists() and port_file.read_text()):
+            if self.process.poll() is not None or time.monotonic() - started > 600:
+                raise RuntimeError(f"server did not start; see {folder / 'server.log'}")
+            time.sleep(0.2)
+        self.start_s = time.monotonic() - started
+        self.target = f"127.0.0.1:{port_file.read_text()}"
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(120)
+        self.log.close()
+
+
+async def normal_client(stub, variant: str, index: int, until: float, gaps: list[float], max_frames: int) -> int:
+    """Run streams back to back until `until`; record the gap between successive frames."""
+    streams = 0
+    while time.monotonic() < until:
+        call = stub.Synthesize(
+            iter([pb.SynthesizeRequest(start=normal_start(variant, index * 1000 + streams, max_frames))])
+        )
+        last = None
+        async for response in call:
+            if response.HasField("chunk"):
+                now = time.monotonic()
+                if last is not None:
+                    gaps.append(now - last)
+                last = now
+            if time.monotonic() >= until:
+                call.cancel()
+                break
+        streams += 1
+    return streams
+
+
+async def health_prober(target: str, until: float, latencies: list[float]) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < until:
+            sent = time.monotonic()
+            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            latencies.append(time.monotonic() - sent)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, "the server stopped serving"
+            await asyncio.sleep(0.05)
+
+
+async def hostile_sender(stub, requests: list[Hostile], until: float, outcomes: list[dict]) -> None:
+    index = 0
+    while time.monotonic() < until:
+        hostile = requests[index % len(requests)]
+        index += 1
+        sent = time.monotonic()
+        status, frames = "OK", 0
+        try:
+            async for response in stub.Synthesize(iter([pb.SynthesizeRequest(start=hostile.start)]), timeout=120):
+                frames += response.chunk.num_frames if response.HasField("chunk") else 0
+                if response.HasField("end"):
+                    status = f"End {pb.EndReason.Name(response.end.reason)}"
+        except grpc.aio.AioRpcError as error:
+            status = error.code().name
+        outcomes.append(
+            {"request": hostile.name, "allowed": hostile.allowed, "outcome": status, "frames": frames,
+             "seconds": time.monotonic() - sent},
+        )  # fmt: skip
+        await asyncio.sleep(0.2)
+
+
+async def phase(target: str, variant: str, args, hostile: bool) -> dict:
+    until = time.monotonic() + args.seconds
+    gaps: list[float] = []
+    health: list[float] = []
+    outcomes: list[dict] = []
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        tasks = [normal_client(stub, variant, i, until, gaps, args.max_frames) for i in range(args.streams)]
+        tasks.append(health_prober(target, until, health))
+        if hostile:
+            tasks.append(hostile_sender(stub, hostile_requests(variant), until, outcomes))
+        results = await asyncio.gather(*tasks)
+    print(
+        f"  {variant} {'hostile' if hostile else 'quiet'}: {len(gaps)} frame gaps, cadence p99 "
+        f"{np.percentile(gaps, 99) * 1000:.0f} ms, health p99 {np.percentile(health, 99) * 1000:.1f} ms, "
+        f"{len(outcomes)} hostile requests",
+        flush=True,
+    )
+    return {
+        "streams_run": int(sum(results[: args.streams])),
+        "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
+        "frame_gaps_s": [round(g, 5) for g in gaps],
+        "health_latency_ms": {k: v * 1000 for k, v in percentiles(health).items()},
+        "health_latencies_s": [round(h, 5) for h in health],
+        "hostile_requests": outcomes,
+    }
+
+
+def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+
+    checkpoint = write_qwen3_tts_checkpoint(folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES)
+    print(f"{variant}: starting the engine", flush=True)
+    server = ServerProcess(checkpoint, folder)
+    try:
+        quiet = asyncio.run(phase(server.target, variant, args, hostile=False))
+        hostile = asyncio.run(phase(server.target, variant, args, hostile=True))
+        after = asyncio.run(phase(server.target, variant, argparse.Namespace(**{**vars(args), "seconds": 3}), False))
+    finally:
+        server.stop()
+    rise = hostile["frame_gap_ms"]["p99"] - quiet["frame_gap_ms"]["p99"]
+    return {
+        "engine_start_s": server.start_s,
+        "quiet": quiet,
+        "hostile": hostile,
+        "serving_after": after["streams_run"] > 0,
+        "cadence_p99_rise_ms": rise,
+        "health_p99_ms_hostile": hostile["health_latency_ms"]["p99"],
+        "health_max_ms_hostile": hostile["health_latency_ms"]["max"],
+        "wrong_outcomes": [o for o in hostile["hostile_requests"] if o["allowed"] != o["outcome"].startswith("End")],
+    }
+
+
+def plot(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = list(report["variants"])
+    fig, axes = plt.subplots(2, len(variants), figsize=(6 * len(variants), 7), squeeze=False)
+    for column, variant in enumerate(variants):
+        result = report["variants"][variant]
+        for row, (key, title) in enumerate((("frame_gaps_s", "gap between frames at the client"),
+                                            ("health_latencies_s", "health check latency"))):  # fmt: skip
+            axis = axes[row][column]
+            for phase_name in ("quiet", "hostile"):
+                values = np.sort(np.asarray(result[phase_name][key]) * 1000)
+                if len(values):
+                    axis.plot(values, np.linspace(0, 1, len(values)), label=phase_name)
+            axis.set_xscale("log")
+            axis.set_xlabel("ms")
+            axis.set_ylabel("fraction")
+            axis.set_title(f"{variant}: {title}")
+            axis.grid(True, alpha=0.3)
+            axis.legend()
+    fig.suptitle(f"hostile requests vs normal streams, tiny talker on the CPU ({report['machine']['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=10, help="normal streams running at once")
+    parser.add_argument("--seconds", type=float, default=40.0, help="length of each phase")
+    parser.add_argument("--max-frames", type=int, default=200, help="frames per normal stream")
+    parser.add_argument("--variants", default="custom_voice,base")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "hostile_load.json")
+    args = parser.parse_args()
+    report = {"machine": machine(), "settings": {k: v for k, v in vars(args).items() if k != "out"}, "variants": {}}
+    report["settings"]["out"] = str(args.out)
+    with tempfile.TemporaryDirectory() as folder:
+        for variant in args.variants.split(","):
+            report["variants"][variant] = run_variant(variant, args, pathlib.Path(folder))
+    report["targets"] = {
+        "cadence_p99_rise_ms_max": 50,
+        "health_ms_max": 50,
+        "met": all(
+            v["cadence_p99_rise_ms"] <= 50 and v["health_max_ms_hostile"] <= 50 and not v["wrong_outcomes"]
+            for v in report["variants"].values()
+        ),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    for variant, result in report["variants"].items():
+        print(
+            f"{variant}: cadence p99 rise {result['cadence_p99_rise_ms']:+.1f} ms, health p99/max "
+            f"{result['health_p99_ms_hostile']:.1f}/{result['health_max_ms_hostile']:.1f} ms, "
+            f"wrong outcomes {len(result['wrong_outcomes'])}"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""`codecstream-server --model` as an operator runs it, on the real CPU engine: a dead engine is
+visible at once (health, metrics, statuses) and comes back, or the process exits for its supervisor."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import psutil
+import pytest
+from codecstream.client import Client, StreamEnded, Unavailable
+from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+pytestmark = pytest.mark.engine
+
+SERVER = [sys.executable, "-m", "codecstream.server.cli"]
+#: Engine start-up on a loaded 2-core machine (30-120 s measured), with margin.
+START_TIMEOUT_S = 300
+ENGINE_CORE = "StageEngineCoreProc"
+
+
+@pytest.fixture(scope="module")
+def long_checkpoint(tmp_path_factory):
+    # Utterances of ~5000 frames on average: a stream is still running when the engine is killed.
+    return write_qwen3_tts_checkpoint(tmp_path_factory.mktemp("qwen3-tts-long"), preset="tiny", mean_frames=5000)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, checkpoint, *flags: str, tmp_path) -> None:
+        self.port_file = tmp_path / "port"
+        self.metrics_port = free_port()
+        self.process = subprocess.Popen(
+            [*SERVER, "--model", str(checkpoint), "--port", "0", "--port-file", str(self.port_file),
+             "--metrics-port", str(self.metrics_port), *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.port_file.exists() and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert self.port_file.exists(), f"server did not start: {self.finish()}"
+        self.target = f"127.0.0.1:{self.port_file.read_text()}"
+
+    def health(self) -> int:
+        with grpc.insecure_channel(self.target) as channel:
+            return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2).status
+
+    def metric(self, name: str) -> float:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        return float(re.search(rf"^{name} (\S+)$", text, flags=re.MULTILINE).group(1))
+
+    def engine_cores(self) -> list[psutil.Process]:
+        children = psutil.Process(self.process.pid).children(recursive=True)
+        return [child for child in children if ENGINE_CORE in child.name()]
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        out, err = self.process.communicate(timeout=timeout)
+        return self.process.returncode, out, err
+
+
+def wait_for(predicate, timeout: float, step: float = 0.02) -> float:
+    """Seconds until `predicate()` held; fails after `timeout`."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout, "condition not reached in time"
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def test_a_killed_engine_is_reported_at_once_and_restarted(long_checkpoint, tmp_path):
+    server = ServerProcess(long_checkpoint, "--engine-restarts", "2", tmp_path=tmp_path)
+    try:
+        assert server.health() == health_pb2.HealthCheckResponse.SERVING
+        assert server.metric("codecstream_engine_up") == 1
+        with Client(server.target) as client:
+            stream = client.stream_codes("A long text.", voice="ryan", seed=1, chunking=[1])
+            next(stream)
+            (core,) = server.engine_cores()
+            core.kill()
+            not_serving_after = wait_for(lambda: server.health() == health_pb2.HealthCheckResponse.NOT_SERVING, 10)
+            with pytest.raises(StreamEnded) as ended:
+                for _ in stream:
+                    pass
+            with pytest.raises(Unavailable, match="the engine failed"):
+                client.stream_codes("Hi.", voice="ryan").open()
+        assert not_serving_after <= 1.0, f"health turned NOT_SERVING {not_serving_after:.2f} s after the kill"
+        message = ended.value.end.message
+        assert "\n" not in message and "engine" in message and len(message) < 300
+        assert server.metric("codecstream_engine_up") == 0
+
+        wait_for(lambda: server.health() == health_pb2.HealthCheckResponse.SERVING, START_TIMEOUT_S, step=0.5)
+        assert server.metric("codecstream_engine_up") == 1
+        assert server.metric("codecstream_engine_restarts_total") == 1
+        with Client(server.target) as client:
+            assert next(iter(client.stream_codes("Back again.", voice="ryan", seed=2))).num_frames > 0
+        engine_processes = psutil.Process(server.process.pid).children(recursive=True)
+    finally:
+        code, _, err = server.finish()
+    assert code == 0, err[-2000:]
+    _, alive = psutil.wait_procs(engine_processes, timeout=30)
+    assert not alive, f"engine processes left after shutdown: {alive}"
+
+
+def test_without_restarts_a_dead_engine_makes_the_process_exit_3_for_its_supervisor(long_checkpoint, tmp_path):
+    server = ServerProcess(long_checkpoint, "--engine-restarts", "0", tmp_path=tmp_path)
+    engine_processes = psutil.Process(server.process.pid).children(recursive=True)
+    for core in server.engine_cores():
+        core.kill()
+    server.process.wait(timeout=120)
+    code, _, err = server.finish()
+    assert code == 3
+    assert "codecstream-server: error: the engine failed and could not be restarted" in err
+    _, alive = psutil.wait_procs(engine_processes, timeout=30)
+    assert not alive, f"engine processes left after the exit: {alive}"
+
+
+def test_a_busy_port_fails_before_the_engine_starts(long_checkpoint):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = subprocess.run(
+            [*SERVER, "--model", str(long_checkpoint), "--port", str(port)], capture_output=True, text=True, timeout=300
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"codecstream-server: error: cannot serve gRPC on 127.0.0.1:{port}: Address already in use"
+    )
+    assert ENGINE_CORE not in result.stdout + result.stderr, "the engine was started although the port was busy"

@@ -1,0 +1,139 @@
+"""Whatever fails inside the server, every stream ends with exactly one End, nobody waits forever,
+and shutdown always releases the source. Faults are injected into a replay source."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from codecstream.client import Client, StreamEnded
+from codecstream.server.limits import RateLimiter
+from codecstream.server.replay import ReplaySource, ReplayStream
+from codecstream.server.source import GenerationFailed
+from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.v1 import synthesis_pb2_grpc
+
+from tests.conftest import random_codes
+
+
+class AbortFailsStream(ReplayStream):
+    async def abort(self) -> None:
+        await super().abort()
+        raise RuntimeError("abort exploded")
+
+
+class AbortFailsSource(ReplaySource):
+    """A source whose streams' abort() raises (it promises not to), and which records close()."""
+
+    closed = False
+
+    async def open(self, request, stream_id):
+        stream = await super().open(request, stream_id)
+        stream.__class__ = AbortFailsStream
+        return stream
+
+    async def close(self) -> None:
+        type(self).closed = True
+
+
+class FailingStream(ReplayStream):
+    error: Exception = RuntimeError("a bug in the generator")
+
+    async def _frames(self):
+        async for frames in super()._frames():
+            yield frames
+            if self._owner.frames_before_failure == 0:
+                raise self.error
+            self._owner.frames_before_failure -= 1
+
+
+def failing_source(error: Exception, frames_before_failure: int = 3) -> type[ReplaySource]:
+    class FailingSource(ReplaySource):
+        async def open(self, request, stream_id):
+            self.frames_before_failure = frames_before_failure
+            stream = await super().open(request, stream_id)
+            stream.__class__ = type("Failing", (FailingStream,), {"error": error})
+            return stream
+
+    return FailingSource
+
+
+def test_a_cancel_ends_the_stream_even_when_aborting_the_generator_raises(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(400), fps=50.0, source_class=AbortFailsSource)
+    with Client(server.target) as client:
+        stream = client.stream_codes("Hi.")
+        next(stream)
+        end = stream.cancel()
+    assert end.reason == pb.END_REASON_CANCELLED
+    assert server.server.metrics.errors.labels(kind="abort")._value.get() >= 1
+    assert server.wait_until(lambda: not server.service.sessions)
+
+
+def test_shutdown_releases_the_source_even_when_stopping_a_stream_fails(replay_server_factory):
+    AbortFailsSource.closed = False
+    server = replay_server_factory(codes=random_codes(4000), fps=50.0, source_class=AbortFailsSource)
+    with Client(server.target) as client:
+        stream = client.stream_codes("Hi.")
+        next(stream)
+        server.loop.run(server.server.stop(grace_s=0.1), timeout=20)
+        with pytest.raises(StreamEnded, match="server shutting down"):
+            list(stream)
+    assert AbortFailsSource.closed
+
+
+def test_a_bug_in_the_generator_ends_the_stream_with_one_line_and_no_traceback(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(60), source_class=failing_source(RuntimeError("boom\nmore")))
+    with Client(server.target) as client:
+        stream = client.stream_codes("Hi.", chunking=[1])
+        with pytest.raises(StreamEnded) as caught:
+            list(stream)
+    end = caught.value.end
+    assert end.reason == pb.END_REASON_ERROR and end.frames_generated == 4
+    assert end.message.startswith("internal server error (logged with stream id ")
+    assert "\n" not in end.message and "boom" not in end.message
+    with Client(server.target) as client:
+        assert next(iter(client.stream_codes("Hi.", chunking=[1]))).num_frames == 1
+
+
+def test_a_generation_failure_reaches_the_client_as_its_one_line_message(replay_server_factory):
+    server = replay_server_factory(
+        codes=random_codes(60), source_class=failing_source(GenerationFailed("the engine failed the request"))
+    )
+    with Client(server.target) as client, pytest.raises(StreamEnded) as caught:
+        list(client.stream_codes("Hi."))
+    assert caught.value.end.message == "generation failed: the engine failed the request"
+
+
+def test_the_rate_limiter_forgets_clients_idle_for_a_refill_period():
+    now = [0.0]
+    limiter = RateLimiter(per_minute=5, clock=lambda: now[0])
+    for client in range(10_000):
+        limiter.try_acquire(f"client-{client}")
+    assert len(limiter) == 10_000
+    now[0] = 61.0
+    limiter.try_acquire("one more")
+    assert len(limiter) == 1
+
+
+def test_the_rate_limiter_still_limits_a_busy_client():
+    now = [0.0]
+    limiter = RateLimiter(per_minute=2, clock=lambda: now[0])
+    assert limiter.try_acquire("a") == 0.0 and limiter.try_acquire("a") == 0.0
+    assert limiter.try_acquire("a") == pytest.approx(30.0)
+    now[0] = 30.0
+    assert limiter.try_acquire("a") == 0.0
+
+
+def test_a_stream_that_ended_before_its_client_reattached_delivers_its_end_on_resume(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(10), fps=50.0)
+    channel = grpc.insecure_channel(server.target)
+    stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+    responses = stub.Synthesize(iter([pb.SynthesizeRequest(start=pb.Start(text="Hi.", resumable=True))]), timeout=10)
+    stream_id = next(responses).header.stream_id
+    responses.cancel()
+    channel.close()
+    assert server.wait_until(lambda: all(s.finished for s in server.service.sessions.values()))
+    with grpc.insecure_channel(server.target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        resumed = list(stub.Synthesize(iter([pb.SynthesizeRequest(resume=pb.Resume(stream_id=stream_id))]), timeout=10))
+    assert resumed[0].HasField("header") and resumed[-1].end.reason == pb.END_REASON_EOS
+    assert sum(r.chunk.num_frames for r in resumed if r.HasField("chunk")) == 10
