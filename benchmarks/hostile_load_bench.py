@@ -106,7 +106,7 @@ def hostile_requests(variant: str) -> list[Hostile]:
             Hostile("2000 emoji (over the context)", pb.Start(text="😀" * 2000), False),
             Hostile("voice of 70 KB", pb.Start(text="Hi.", voice="v" * 70_000), False),
         ]
-    rate = 48_000
+    rate = 96_000
     largest_bytes = (limits.max_reference_audio_bytes - 4096) / (rate * 2 * 4)
     by_bytes = wav(tone(largest_bytes, rate, channels=2), rate)
     by_duration = wav(tone(limits.max_reference_audio_s - 0.1, 24_000), 24_000, subtype="PCM_16")
@@ -117,7 +117,7 @@ def hostile_requests(variant: str) -> list[Hostile]:
 
     return [
         Hostile(f"largest reference by bytes ({len(by_bytes) / 1e6:.1f} MB)", clone(by_bytes, max_frames=3), True),
-        Hostile("largest reference by duration (60 s)", clone(by_duration, max_frames=3), True),
+        Hostile("largest reference by duration (30 s)", clone(by_duration, max_frames=3), True),
         Hostile(
             "largest transcript (1000 chars)",
             clone(wav(tone(2, 24_000), 24_000), "r" * limits.max_reference_transcript_chars, max_frames=3),
@@ -221,8 +221,8 @@ async def hostile_sender(stub, requests: list[Hostile], until: float, outcomes: 
         await asyncio.sleep(0.2)
 
 
-async def phase(target: str, variant: str, args, hostile: bool) -> dict:
-    until = time.monotonic() + args.seconds
+async def phase(target: str, variant: str, args, hostile: list[Hostile], seconds: float | None = None) -> dict:
+    until = time.monotonic() + (seconds or args.seconds)
     gaps: list[float] = []
     health: list[float] = []
     outcomes: list[dict] = []
@@ -232,14 +232,8 @@ async def phase(target: str, variant: str, args, hostile: bool) -> dict:
         tasks = [normal_client(stub, variant, i, until, gaps, args.max_frames) for i in range(args.streams)]
         tasks.append(health_prober(target, until, health))
         if hostile:
-            tasks.append(hostile_sender(stub, hostile_requests(variant), until, outcomes))
+            tasks.append(hostile_sender(stub, hostile, until, outcomes))
         results = await asyncio.gather(*tasks)
-    print(
-        f"  {variant} {'hostile' if hostile else 'quiet'}: {len(gaps)} frame gaps, cadence p99 "
-        f"{np.percentile(gaps, 99) * 1000:.0f} ms, health p99 {np.percentile(health, 99) * 1000:.1f} ms, "
-        f"{len(outcomes)} hostile requests",
-        flush=True,
-    )
     return {
         "streams_run": int(sum(results[: args.streams])),
         "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
@@ -250,28 +244,48 @@ async def phase(target: str, variant: str, args, hostile: bool) -> dict:
     }
 
 
+PHASES = ("quiet", "refused", "largest")
+
+
 def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
     from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
     checkpoint = write_qwen3_tts_checkpoint(folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES)
     print(f"{variant}: starting the engine", flush=True)
     server = ServerProcess(checkpoint, folder)
+    requests = hostile_requests(variant)
+    hostile_by_phase = {
+        "quiet": [],
+        "refused": [r for r in requests if not r.allowed],
+        "largest": [r for r in requests if r.allowed],
+    }
+    phases = {}
     try:
-        quiet = asyncio.run(phase(server.target, variant, args, hostile=False))
-        hostile = asyncio.run(phase(server.target, variant, args, hostile=True))
-        after = asyncio.run(phase(server.target, variant, argparse.Namespace(**{**vars(args), "seconds": 3}), False))
+        for name in PHASES:
+            phases[name] = result = asyncio.run(phase(server.target, variant, args, hostile_by_phase[name]))
+            print(
+                f"  {name}: {len(result['frame_gaps_s'])} frame gaps, "
+                f"cadence p99 {result['frame_gap_ms']['p99']:.0f} ms, "
+                f"health max {result['health_latency_ms']['max']:.1f} ms, "
+                f"{len(result['hostile_requests'])} hostile requests",
+                flush=True,
+            )
+        after = asyncio.run(phase(server.target, variant, args, [], seconds=3))
     finally:
         server.stop()
-    rise = hostile["frame_gap_ms"]["p99"] - quiet["frame_gap_ms"]["p99"]
+    quiet_p99 = phases["quiet"]["frame_gap_ms"]["p99"]
     return {
         "engine_start_s": server.start_s,
-        "quiet": quiet,
-        "hostile": hostile,
+        **phases,
         "serving_after": after["streams_run"] > 0,
-        "cadence_p99_rise_ms": rise,
-        "health_p99_ms_hostile": hostile["health_latency_ms"]["p99"],
-        "health_max_ms_hostile": hostile["health_latency_ms"]["max"],
-        "wrong_outcomes": [o for o in hostile["hostile_requests"] if o["allowed"] != o["outcome"].startswith("End")],
+        "cadence_p99_rise_ms": {name: phases[name]["frame_gap_ms"]["p99"] - quiet_p99 for name in PHASES[1:]},
+        "health_max_ms": {name: phases[name]["health_latency_ms"]["max"] for name in PHASES},
+        "wrong_outcomes": [
+            o
+            for name in PHASES[1:]
+            for o in phases[name]["hostile_requests"]
+            if o["allowed"] != o["outcome"].startswith("End")
+        ],
     }
 
 
@@ -288,7 +302,7 @@ def plot(report: dict, path: pathlib.Path) -> None:
         for row, (key, title) in enumerate((("frame_gaps_s", "gap between frames at the client"),
                                             ("health_latencies_s", "health check latency"))):  # fmt: skip
             axis = axes[row][column]
-            for phase_name in ("quiet", "hostile"):
+            for phase_name in PHASES:
                 values = np.sort(np.asarray(result[phase_name][key]) * 1000)
                 if len(values):
                     axis.plot(values, np.linspace(0, 1, len(values)), label=phase_name)
@@ -316,22 +330,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         for variant in args.variants.split(","):
             report["variants"][variant] = run_variant(variant, args, pathlib.Path(folder))
+    variants = report["variants"].values()
     report["targets"] = {
         "cadence_p99_rise_ms_max": 50,
         "health_ms_max": 50,
-        "met": all(
-            v["cadence_p99_rise_ms"] <= 50 and v["health_max_ms_hostile"] <= 50 and not v["wrong_outcomes"]
-            for v in report["variants"].values()
+        "met_with_refused_requests": all(
+            v["cadence_p99_rise_ms"]["refused"] <= 50 and v["health_max_ms"]["refused"] <= 50 for v in variants
         ),
+        "met_with_largest_allowed_requests": all(
+            v["cadence_p99_rise_ms"]["largest"] <= 50 and v["health_max_ms"]["largest"] <= 50 for v in variants
+        ),
+        "every_request_got_its_expected_outcome": not any(v["wrong_outcomes"] for v in variants),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     plot(report, args.out.with_suffix(".png"))
     for variant, result in report["variants"].items():
+        rise, health = result["cadence_p99_rise_ms"], result["health_max_ms"]
         print(
-            f"{variant}: cadence p99 rise {result['cadence_p99_rise_ms']:+.1f} ms, health p99/max "
-            f"{result['health_p99_ms_hostile']:.1f}/{result['health_max_ms_hostile']:.1f} ms, "
-            f"wrong outcomes {len(result['wrong_outcomes'])}"
+            f"{variant}: cadence p99 rise {rise['refused']:+.1f} ms (refused) / {rise['largest']:+.1f} ms (largest), "
+            f"health max {max(health.values()):.1f} ms, wrong outcomes {len(result['wrong_outcomes'])}"
         )
     print(f"wrote {args.out}")
     return 0

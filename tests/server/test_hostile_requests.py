@@ -98,9 +98,10 @@ def test_an_oversized_resume_stream_id_is_invalid_argument_not_a_metadata_overfl
 
 def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clone_server):
     limits = ServerLimits()
-    rate = 48_000
-    # Stereo float32 at 48 kHz: as many seconds as fit the byte limit (about 43 s).
+    rate = 96_000
+    # Stereo float32 at 96 kHz: as many seconds as fit the byte limit (about 21.8 s).
     seconds = (limits.max_reference_audio_bytes - 4096) / (rate * 2 * 4)
+    assert limits.min_reference_audio_s <= seconds <= limits.max_reference_audio_s
     audio = reference_wav(samples=np.zeros((int(seconds * rate), 2), dtype=np.float32), rate=rate)
     assert len(audio) <= limits.max_reference_audio_bytes
     start = pb.Start(
@@ -116,10 +117,10 @@ def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clon
 @pytest.mark.parametrize(
     ("audio", "message"),
     [
-        (reference_wav(samples=np.zeros(1)), "lasts 0.000 s, shorter than the 0.25 s the speaker encoder needs"),
+        (reference_wav(samples=np.zeros(1)), "lasts 0.000 s, shorter than the 1 s the speaker encoder needs"),
         (
             reference_wav(samples=np.zeros(1024), rate=24_000),
-            "lasts 0.043 s, shorter than the 0.25 s the speaker encoder needs",
+            "lasts 0.043 s, shorter than the 1 s the speaker encoder needs",
         ),
         (
             reference_wav(samples=np.full(24_000, np.nan), rate=24_000),
@@ -131,7 +132,7 @@ def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clon
         ),
         (reference_wav(samples=np.zeros((24_000, 6)), rate=24_000), "has 6 channels; mono or stereo expected"),
         (reference_wav(samples=np.zeros(4_000), rate=4_000), "is sampled at 4000 Hz; 8000 to 192000 Hz accepted"),
-        (reference_wav(seconds=61, rate=8_000), "lasts 61.0 s, longer than the 60 s allowed"),
+        (reference_wav(seconds=31, rate=8_000), "lasts 31.0 s, longer than the 30 s allowed"),
         (b"not audio at all", "is not a readable WAV, FLAC or OGG file (Format not recognised)"),
         (b"\0" * (16 * 1024 * 1024 + 1), "is 16777217 bytes, the limit is 16777216 bytes"),
     ],
@@ -184,7 +185,7 @@ def test_codec_info_states_every_limit_the_server_enforces(replay_server):
     assert info.max_text_chars == 2000 and info.max_instructions_chars == 500
     assert info.max_reference_transcript_chars == 1000
     assert info.max_reference_audio_bytes == 16 * 1024 * 1024
-    assert (info.min_reference_audio_ms, info.max_reference_audio_ms) == (250, 60_000)
+    assert (info.min_reference_audio_ms, info.max_reference_audio_ms) == (1_000, 30_000)
     assert info.max_request_bytes == limits.max_request_bytes > info.max_reference_audio_bytes
     assert info.first_message_timeout_ms == 10_000 and info.stalled_client_timeout_ms == 30_000
 
@@ -306,7 +307,7 @@ def test_concurrent_voice_clone_opens_cannot_overrun_the_stream_limit(replay_ser
     start = pb.Start(
         text="Hi.",
         task_type=pb.TASK_TYPE_BASE,
-        reference_audio=pb.ReferenceAudio(audio=reference_wav(seconds=40, rate=44_100), transcript="Ref."),
+        reference_audio=pb.ReferenceAudio(audio=reference_wav(seconds=29, rate=96_000), transcript="Ref."),
     )
     outcomes: list[str] = []
 

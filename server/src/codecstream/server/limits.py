@@ -22,14 +22,15 @@ class ServerLimits:
     max_instructions_chars: int = 500
     #: Longest reference transcript, in characters (60 s of fast speech is about 1000).
     max_reference_transcript_chars: int = 1_000
-    #: Largest reference audio file: 60 s of 48 kHz stereo 16-bit WAV is 11.5 MB.
+    #: Largest reference audio file: 30 s of 48 kHz stereo float WAV is 11.5 MB.
     max_reference_audio_bytes: int = 16 * 1024 * 1024
-    #: Shortest reference audio, in seconds. vLLM-Omni's speaker encoder raises inside the engine
-    #: (and takes the engine down) below about 1300 samples at 24 kHz (measured: 1024 fails,
-    #: 1500 works); a quarter second leaves a margin and is still shorter than any useful clip.
-    min_reference_audio_s: float = 0.25
-    #: Longest reference audio, in seconds.
-    max_reference_audio_s: float = 60.0
+    #: Shortest and longest reference audio, in seconds: vLLM-Omni's own Qwen3-TTS speech API
+    #: accepts 1 to 30 s. Below about 1300 samples at 24 kHz (measured: 1024 fails, 1500 works)
+    #: its speaker encoder raises inside the engine and takes the engine down; above, the engine
+    #: encodes the reference inside one step, stalling every stream for as long (about 1 s for
+    #: 30 s of audio on this CPU, benchmarks/results/hostile_load.json).
+    min_reference_audio_s: float = 1.0
+    max_reference_audio_s: float = 30.0
     #: Largest Start.max_frames, and the limit when it is 0 (2048 frames = 164 s of audio, the
     #: talker's own default max_new_tokens).
     max_frames: int = 2_048

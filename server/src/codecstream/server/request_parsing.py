@@ -7,6 +7,7 @@ Client input appears in messages only through `preview`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from codecstream.protocol.chunking import ChunkSchedule
@@ -37,12 +38,19 @@ def _invalid(message: str) -> RequestRejected:
     return RequestRejected("INVALID_ARGUMENT", message)
 
 
+@dataclasses.dataclass(frozen=True)
+class ParsedStart:
+    #: The request, without its reference audio decoded yet (see reference_audio.py).
+    request: SynthesisRequest
+    schedule: ChunkSchedule
+    #: ReferenceAudio.audio, read once: every read of a bytes field copies it (MBs here).
+    reference_audio: bytes
+
+
 def parse_start(
     start: pb.Start, offering: ModelOffering, codec: codec_pb2.CodecSpec, limits: ServerLimits
-) -> tuple[SynthesisRequest, ChunkSchedule]:
-    """Check a Start against the contract, the limits and what the loaded model offers.
-
-    The returned request has no decoded reference audio yet (see reference_audio.py)."""
+) -> ParsedStart:
+    """Check a Start against the contract, the limits and what the loaded model offers."""
     if start.HasField("expected_codec"):
         differences = spec_differences(codec, start.expected_codec)
         if differences:
@@ -55,7 +63,8 @@ def parse_start(
     if not text.strip():
         raise _invalid("text is empty")
     task = _check_task_type(start.task_type, offering)
-    _check_reference(start, task, limits)
+    reference_audio = start.reference_audio.audio
+    _check_reference(reference_audio, start.reference_audio.transcript, task, limits)
     instructions = start.instructions
     if len(instructions) > limits.max_instructions_chars:
         raise _invalid(f"instructions has {len(instructions)} characters, the limit is {limits.max_instructions_chars}")
@@ -82,7 +91,7 @@ def parse_start(
         sampling=_parse_sampling(start.sampling),
         max_frames=start.max_frames or limits.max_frames,
     )
-    return request, schedule
+    return ParsedStart(request, schedule, reference_audio)
 
 
 def _task_name(task: TaskType) -> str:
@@ -99,22 +108,20 @@ def _check_task_type(value: int, offering: ModelOffering) -> TaskType:
     return task
 
 
-def _check_reference(start: pb.Start, task: TaskType, limits: ServerLimits) -> None:
-    reference = start.reference_audio
+def _check_reference(audio: bytes, transcript: str, task: TaskType, limits: ServerLimits) -> None:
     if task is not TaskType.BASE:
-        if reference.audio or reference.transcript:
+        if audio or transcript:
             raise _invalid("reference_audio is only used by task type BASE")
         return
-    if not reference.audio:
+    if not audio:
         raise _invalid("task type BASE (voice clone) needs reference_audio.audio")
-    if len(reference.audio) > limits.max_reference_audio_bytes:
+    if len(audio) > limits.max_reference_audio_bytes:
         raise _invalid(
-            f"reference_audio.audio is {len(reference.audio)} bytes, "
-            f"the limit is {limits.max_reference_audio_bytes} bytes"
+            f"reference_audio.audio is {len(audio)} bytes, the limit is {limits.max_reference_audio_bytes} bytes"
         )
-    if len(reference.transcript) > limits.max_reference_transcript_chars:
+    if len(transcript) > limits.max_reference_transcript_chars:
         raise _invalid(
-            f"reference_audio.transcript has {len(reference.transcript)} characters, "
+            f"reference_audio.transcript has {len(transcript)} characters, "
             f"the limit is {limits.max_reference_transcript_chars}"
         )
 

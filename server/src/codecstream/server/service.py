@@ -180,7 +180,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         if self._unavailable:
             raise _Rejected("UNAVAILABLE", self._unavailable)
         try:
-            request, schedule = parse_start(start, self.source.offering, self.source.codec, self.limits)
+            parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
         except RequestRejected as rejection:
             raise _Rejected(rejection.status, rejection.message) from None
         active = self._opening + sum(1 for s in self.sessions.values() if not s.finished)
@@ -201,8 +201,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         # The slot is taken before the first await, so concurrent opens cannot all pass the limit.
         self._opening += 1
         try:
+            request = parsed.request
             if request.task_type is TaskType.BASE:
-                request = dataclasses.replace(request, reference=await self._decode_reference(start))
+                request = dataclasses.replace(request, reference=await self._decode_reference(parsed.reference_audio))
             code_stream = await self.source.open(request, stream_id)
         except _Rejected:
             raise
@@ -219,7 +220,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         session = StreamSession(
             stream_id,
             code_stream,
-            schedule,
+            parsed.schedule,
             start.client_request_id,
             principal=caller,
             resumable=start.resumable and self.limits.resume_window_s > 0,
@@ -235,9 +236,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         )
         return session, 0
 
-    async def _decode_reference(self, start: pb.Start):
+    async def _decode_reference(self, audio: bytes):
         try:
-            return await asyncio.to_thread(decode_reference_audio, start.reference_audio.audio, self.limits)
+            return await asyncio.to_thread(decode_reference_audio, audio, self.limits)
         except ReferenceAudioError as error:
             raise _Rejected("INVALID_ARGUMENT", str(error)) from None
 

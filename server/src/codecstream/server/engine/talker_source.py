@@ -261,7 +261,7 @@ class VllmTalkerSource(CodeSource):
         from codecstream.server.limits import ServerLimits
         from codecstream.server.reference_audio import decode_reference_audio
 
-        reference = decode_reference_audio(silent_wav(seconds=0.5), ServerLimits())
+        reference = decode_reference_audio(silent_wav(seconds=1.0), ServerLimits())
         return SynthesisRequest(
             text="Warm up.", task_type=task, reference=reference, reference_text="Warm up.", seed=0, max_frames=2
         )
@@ -345,8 +345,7 @@ class VllmTalkerSource(CodeSource):
         # decoder's left context. Without one it clones from the speaker embedding only.
         in_context = bool(request.reference_text.strip())
         information: dict[str, list] = {
-            # A plain list, as vLLM-Omni's own speech API sends it to the engine.
-            "ref_audio": [[reference.samples.tolist(), SAMPLE_RATE_HZ]],
+            "ref_audio": [[_inlined_array(reference.samples), SAMPLE_RATE_HZ]],
             "x_vector_only_mode": [not in_context],
             "ref_code_length": [reference.num_frames],
         }
@@ -406,6 +405,14 @@ def _is_engine_dead(error: Exception) -> bool:
 def _one_line(error: Exception, limit: int = 200) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _inlined_array(samples: np.ndarray) -> dict:
+    """Samples in the inlined-array form vLLM-Omni's Qwen3-TTS prompt builder reads: one bytes
+    buffer on the way to the engine. A list of floats (what vLLM-Omni's speech API sends) is
+    serialized float by float on the event loop (tens of ms for 30 s of audio); a bare ndarray
+    does not survive the trip and takes the engine down."""
+    return {"__ndarray__": True, "data": samples.astype("<f4").tobytes(), "dtype": "<f4", "shape": [samples.size]}
 
 
 def _codes_of(output: Any) -> dict:
