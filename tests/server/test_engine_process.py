@@ -98,6 +98,7 @@ def test_a_killed_engine_is_reported_at_once_and_restarted(long_checkpoint, tmp_
                     pass
             with pytest.raises(Unavailable, match="the engine failed"):
                 client.stream_codes("Hi.", voice="ryan").open()
+        print(f"health NOT_SERVING {not_serving_after:.3f} s after the EngineCore was killed")
         assert not_serving_after <= 1.0, f"health turned NOT_SERVING {not_serving_after:.2f} s after the kill"
         message = ended.value.end.message
         assert "\n" not in message and "engine" in message and len(message) < 300
@@ -142,3 +143,23 @@ def test_a_busy_port_fails_before_the_engine_starts(long_checkpoint):
         f"codecstream-server: error: cannot serve gRPC on 127.0.0.1:{port}: Address already in use"
     )
     assert ENGINE_CORE not in result.stdout + result.stderr, "the engine was started although the port was busy"
+
+
+def test_an_engine_that_fails_to_start_exits_1_with_one_line_and_leaves_nothing_running(long_checkpoint, tmp_path):
+    deploy = tmp_path / "broken.yaml"
+    deploy.write_text("pipeline: qwen3_tts_talker_only\nstages:\n  - stage_id: 0\n    max_model_len: -5\n")
+    process = subprocess.Popen(
+        [*SERVER, "--model", str(long_checkpoint), "--port", "0", "--deploy-config", str(deploy)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: psutil.Process(process.pid).children(recursive=True) or process.poll() is not None, 120)
+        children = [] if process.poll() is not None else psutil.Process(process.pid).children(recursive=True)
+        _, err = process.communicate(timeout=START_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert err.strip().splitlines()[-1].startswith("codecstream-server: error: the engine did not start: ")
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"processes left after a failed start: {alive}"

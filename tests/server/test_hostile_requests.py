@@ -3,6 +3,7 @@ echoes at most a short prefix of the input, and leaves the server serving (repla
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import grpc
@@ -90,6 +91,13 @@ def test_an_oversized_expected_codec_is_refused_as_a_mismatch_quoting_only_a_pre
     assert len(error.details()) < SHORT_DETAILS
 
 
+def test_a_message_over_the_transport_limit_is_refused_by_grpc_before_it_is_parsed(replay_server):
+    error = refusal(replay_server.target, pb.Start(text="Hi.", instructions="i" * 3_900_000))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(ServerLimits().max_request_bytes(reference_audio=False)) in error.details()
+    assert_serving(replay_server.target)
+
+
 def test_an_oversized_resume_stream_id_is_invalid_argument_not_a_metadata_overflow(replay_server):
     _, error = call(replay_server.target, pb.SynthesizeRequest(resume=pb.Resume(stream_id="s" * HUGE)))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -99,7 +107,7 @@ def test_an_oversized_resume_stream_id_is_invalid_argument_not_a_metadata_overfl
 def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clone_server):
     limits = ServerLimits()
     rate = 96_000
-    # Stereo float32 at 96 kHz: as many seconds as fit the byte limit (about 21.8 s).
+    # Stereo float32 at 96 kHz: as many seconds as fit the byte limit (about 10.9 s).
     seconds = (limits.max_reference_audio_bytes - 4096) / (rate * 2 * 4)
     assert limits.min_reference_audio_s <= seconds <= limits.max_reference_audio_s
     audio = reference_wav(samples=np.zeros((int(seconds * rate), 2), dtype=np.float32), rate=rate)
@@ -134,7 +142,7 @@ def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clon
         (reference_wav(samples=np.zeros(4_000), rate=4_000), "is sampled at 4000 Hz; 8000 to 192000 Hz accepted"),
         (reference_wav(seconds=31, rate=8_000), "lasts 31.0 s, longer than the 30 s allowed"),
         (b"not audio at all", "is not a readable WAV, FLAC or OGG file (Format not recognised)"),
-        (b"\0" * (16 * 1024 * 1024 + 1), "is 16777217 bytes, the limit is 16777216 bytes"),
+        (b"\0" * (8 * 1024 * 1024 + 1), "is 8388609 bytes, the limit is 8388608 bytes"),
     ],
 )
 def test_reference_audio_the_engine_cannot_use_is_refused_before_it_reaches_the_engine(clone_server, audio, message):
@@ -178,15 +186,20 @@ def test_sampling_values_the_engine_would_refuse_are_refused_before_the_header(r
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
 
 
-def test_codec_info_states_every_limit_the_server_enforces(replay_server):
+def test_codec_info_states_every_limit_the_server_enforces(replay_server, clone_server):
     limits = ServerLimits()
     with Client(replay_server.target) as client:
         info = client.codec_info()
+    with Client(clone_server.target) as client:
+        clone_info = client.codec_info()
     assert info.max_text_chars == 2000 and info.max_instructions_chars == 500
     assert info.max_reference_transcript_chars == 1000
-    assert info.max_reference_audio_bytes == 16 * 1024 * 1024
+    assert info.max_reference_audio_bytes == 8 * 1024 * 1024
     assert (info.min_reference_audio_ms, info.max_reference_audio_ms) == (1_000, 30_000)
-    assert info.max_request_bytes == limits.max_request_bytes > info.max_reference_audio_bytes
+    # A server that takes no reference audio refuses MB-sized messages in gRPC, before parsing them.
+    assert info.max_request_bytes == limits.max_request_bytes(reference_audio=False) < 100_000
+    assert clone_info.max_request_bytes == limits.max_request_bytes(reference_audio=True)
+    assert clone_info.max_request_bytes > clone_info.max_reference_audio_bytes
     assert info.first_message_timeout_ms == 10_000 and info.stalled_client_timeout_ms == 30_000
 
 
@@ -307,7 +320,7 @@ def test_concurrent_voice_clone_opens_cannot_overrun_the_stream_limit(replay_ser
     start = pb.Start(
         text="Hi.",
         task_type=pb.TASK_TYPE_BASE,
-        reference_audio=pb.ReferenceAudio(audio=reference_wav(seconds=29, rate=96_000), transcript="Ref."),
+        reference_audio=pb.ReferenceAudio(audio=reference_wav(seconds=29, rate=48_000), transcript="Ref."),
     )
     outcomes: list[str] = []
 
@@ -334,3 +347,12 @@ def test_invalid_request_messages_never_carry_more_than_a_prefix_of_the_voice(re
     with Client(replay_server.target) as client, pytest.raises(InvalidRequest) as caught:
         client.stream_codes("Hi.", voice="x" * 60).open()
     assert "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'… (60 bytes)" in str(caught.value)
+
+
+def test_no_log_line_carries_more_than_a_prefix_of_client_input(replay_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    refusal(replay_server.target, pb.Start(text="Hi.", voice="v" * HUGE))
+    refusal(replay_server.target, pb.Start(text="x" * HUGE))
+    call(replay_server.target, pb.SynthesizeRequest(resume=pb.Resume(stream_id="s" * HUGE)))
+    assert caplog.records, "the refusals are logged"
+    assert max(len(record.getMessage()) for record in caplog.records) < SHORT_DETAILS

@@ -38,7 +38,8 @@ class SynthesisServiceStub:
     context. A message that does not parse (string fields must be UTF-8), a
     first message that is not Start or Resume, an oversized Resume.stream_id.
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
-    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
+    from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
     NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
@@ -90,7 +91,8 @@ class SynthesisServiceServicer:
     context. A message that does not parse (string fields must be UTF-8), a
     first message that is not Start or Resume, an oversized Resume.stream_id.
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
-    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
+    from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
     NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
@@ -167,7 +169,8 @@ class SynthesisService:
     context. A message that does not parse (string fields must be UTF-8), a
     first message that is not Start or Resume, an oversized Resume.stream_id.
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
-    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client.
+    RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
+    from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
     NOT_FOUND            Resume of a stream this server does not hold for this client.
     OUT_OF_RANGE         Resume from a seq the server no longer keeps.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.

@@ -22,8 +22,10 @@ class ServerLimits:
     max_instructions_chars: int = 500
     #: Longest reference transcript, in characters (60 s of fast speech is about 1000).
     max_reference_transcript_chars: int = 1_000
-    #: Largest reference audio file: 30 s of 48 kHz stereo float WAV is 11.5 MB.
-    max_reference_audio_bytes: int = 16 * 1024 * 1024
+    #: Largest reference audio file: 30 s of 48 kHz stereo 16-bit WAV is 5.8 MB. The whole
+    #: message is parsed on the event loop (about 2 ms per MB measured here), so this bounds
+    #: what one request can hold up every other stream.
+    max_reference_audio_bytes: int = 8 * 1024 * 1024
     #: Shortest and longest reference audio, in seconds: vLLM-Omni's own Qwen3-TTS speech API
     #: accepts 1 to 30 s. Below about 1300 samples at 24 kHz (measured: 1024 fails, 1500 works)
     #: its speaker encoder raises inside the engine and takes the engine down; above, the engine
@@ -50,12 +52,13 @@ class ServerLimits:
     #: Chunking when Start.chunking is unset.
     default_chunking: ChunkSchedule = dataclasses.field(default_factory=ChunkSchedule)
 
-    @property
-    def max_request_bytes(self) -> int:
+    def max_request_bytes(self, reference_audio: bool) -> int:
         """The largest serialized SynthesizeRequest the transport accepts: the largest Start the
-        other limits allow (UTF-8 takes up to 4 bytes a character), plus room for the small fields."""
+        other limits allow (UTF-8 takes up to 4 bytes a character), plus room for the small
+        fields; with `reference_audio` (a model that clones voices) the largest reference too.
+        gRPC refuses a larger message before it is parsed, which costs the server nothing."""
         strings = 4 * (self.max_text_chars + self.max_instructions_chars + self.max_reference_transcript_chars)
-        return self.max_reference_audio_bytes + strings + 64 * 1024
+        return (self.max_reference_audio_bytes if reference_audio else 0) + strings + 64 * 1024
 
 
 class RateLimiter:

@@ -52,6 +52,12 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("codecstream_errors", "Internal errors, by kind", ["kind"], registry=r)
+        self.loop_lag = Histogram(
+            "codecstream_event_loop_lag_seconds",
+            "How late the server's event loop ran a timer it set 0.1 s ahead (time it was blocked)",
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=r,
+        )
         self.engine_up = Gauge("codecstream_engine_up", "1 while the code source can serve, else 0", registry=r)
         self.engine_restarts = Counter(
             "codecstream_engine_restarts", "Times the code source was restarted after a failure", registry=r

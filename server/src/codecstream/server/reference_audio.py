@@ -6,7 +6,8 @@ makes the frame count known up front (the prompt placeholder must have exactly a
 as the talker will build, and the client is told how many reference frames to expect), and keeps
 audio the engine would fail on (too short, non-finite) away from it: an exception inside the
 engine's worker takes the whole engine down. Decoding costs milliseconds to tens of
-milliseconds, so the service runs it off the event loop.
+milliseconds, so the service runs it off the event loop; its libraries are imported with the module,
+not by the first request (an import holds the interpreter lock for ~0.1 s).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import io
 import math
 
 import numpy as np
+import soundfile
+import soxr
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from codecstream.server.limits import ServerLimits
 
@@ -41,8 +44,6 @@ class ReferenceAudio:
 
 def decode_reference_audio(data: bytes, limits: ServerLimits) -> ReferenceAudio:
     """Decode WAV/FLAC/OGG bytes to 24 kHz mono float32; raise ReferenceAudioError saying what is wrong."""
-    import soundfile
-
     if len(data) > limits.max_reference_audio_bytes:
         raise ReferenceAudioError(
             f"{_FIELD} is {len(data)} bytes, the limit is {limits.max_reference_audio_bytes} bytes"
@@ -68,17 +69,13 @@ def decode_reference_audio(data: bytes, limits: ServerLimits) -> ReferenceAudio:
     # A header may lie about the length (a truncated file): check what was actually decoded.
     _check_duration(mono.size / rate, limits)
     if rate != SAMPLE_RATE_HZ:
-        import soxr
-
         mono = soxr.resample(mono, rate, SAMPLE_RATE_HZ)
     return ReferenceAudio(np.ascontiguousarray(mono, dtype=np.float32))
 
 
 def _read_mono(data: bytes) -> tuple[np.ndarray, int]:
     """Decode to mono float32 in blocks of a quarter second: libsndfile holds the GIL while it
-    decodes (40 ms for 16 MB at once, a stall of the event loop), and between blocks it lets go."""
-    import soundfile
-
+    decodes (40 ms for 16 MB at once, a stall of the event loop), and lets go between blocks."""
     blocks = []
     offset = 0
     with soundfile.SoundFile(io.BytesIO(data)) as audio:
@@ -115,8 +112,6 @@ def _reason(error: Exception) -> str:
 
 def silent_wav(seconds: float) -> bytes:
     """A WAV file of silence at the encoder's rate (to warm the voice-clone path up)."""
-    import soundfile
-
     out = io.BytesIO()
     soundfile.write(out, np.zeros(int(seconds * SAMPLE_RATE_HZ), dtype=np.float32), SAMPLE_RATE_HZ, format="WAV")
     return out.getvalue()

@@ -69,6 +69,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             if isinstance(result, BaseException):
                 log.error("stream %s: stopping failed", session.stream_id, exc_info=result)
 
+    @property
+    def max_request_bytes(self) -> int:
+        return self.limits.max_request_bytes(reference_audio=TaskType.BASE in self.source.offering.task_types)
+
     # -- unary -------------------------------------------------------------------------------
 
     async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
@@ -90,7 +94,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             max_reference_audio_bytes=limits.max_reference_audio_bytes,
             min_reference_audio_ms=round(limits.min_reference_audio_s * 1000),
             max_reference_audio_ms=round(limits.max_reference_audio_s * 1000),
-            max_request_bytes=limits.max_request_bytes,
+            max_request_bytes=self.max_request_bytes,
             first_message_timeout_ms=round(limits.first_message_timeout_s * 1000),
             stalled_client_timeout_ms=round(limits.stalled_client_timeout_s * 1000),
         )
