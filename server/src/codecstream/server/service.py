@@ -138,7 +138,6 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                     break
                 delivered_end = response.HasField("end")
         finally:
-            violation = reader.result() if reader.done() and not reader.cancelled() else None
             reader.cancel()
             if delivered_end:
                 self._forget(session)
@@ -146,8 +145,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 # The connection went away (or stalled) before End: a resumable stream waits for its client.
                 why = "client stopped reading" if stalled else "client disconnected"
                 session.detach(attachment, self.limits.resume_window_s, lambda: self._expire(session, why))
-        if violation:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, violation)
+        if attachment.violation:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, attachment.violation)
         if attachment.superseded:
             await context.abort(grpc.StatusCode.ABORTED, f"stream {session.stream_id} was resumed by another call")
         if stalled:
@@ -273,9 +272,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         log.info("stream %s resumed from seq %d", session.stream_id, first_seq)
         return session, first_seq
 
-    async def _read_control(self, requests, session: StreamSession, attachment: Attachment) -> str | None:
-        """Apply Cancel and Ack as they arrive. A message the contract forbids ends the stream with
-        End(ERROR) (the call then closes with INVALID_ARGUMENT); returns what was wrong."""
+    async def _read_control(self, requests, session: StreamSession, attachment: Attachment) -> None:
+        """Apply Cancel and Ack as they arrive. A message the contract forbids is noted on the
+        attachment and ends the stream with End(ERROR); the call then closes with INVALID_ARGUMENT."""
         try:
             async for message in requests:
                 if isinstance(message, UnreadableMessage):
@@ -290,12 +289,13 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                         session.acknowledge(message.ack.seq)
                         continue
                     violation = f"{kind or 'an empty message'} after the first message: only cancel and ack may follow"
+                # Noted before the stop: the End it causes may reach the client before stop() returns.
+                attachment.violation = violation
                 if not attachment.superseded:
                     await session.stop(pb.END_REASON_ERROR, f"protocol violation: {violation}")
-                return violation
+                return
         except (asyncio.CancelledError, grpc.RpcError, grpc.aio.UsageError):
             pass  # the call is over; the handler decides what happens to the session
-        return None
 
     def _expire(self, session: StreamSession, why: str) -> None:
         """No client came back for a detached stream: stop it and forget it."""

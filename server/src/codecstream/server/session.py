@@ -48,11 +48,13 @@ class StopRequest:
 
 
 class Attachment:
-    """One connection following a session; set `superseded` when a Resume on another call takes over."""
+    """One connection following a session: `superseded` once a Resume on another call takes over,
+    `violation` once its client sent something the contract forbids."""
 
     def __init__(self) -> None:
         self.ended = asyncio.Event()
         self.superseded = False
+        self.violation: str | None = None
 
 
 class StreamSession:
