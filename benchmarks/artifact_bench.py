@@ -67,7 +67,7 @@ def codes(frames: int, seed: int) -> np.ndarray:
 def worker(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     from codecstream.client.runtimes import open_decoder
-    from codecstream.export.metrics import snr_db
+    from codecstream.protocol.pcm import snr_db
 
     fmt, _ = BACKENDS[args.worker]
     decoder = open_decoder(args.source, backend=fmt, threads=args.threads, warm_up=False)

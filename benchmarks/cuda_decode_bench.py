@@ -25,6 +25,7 @@ import tempfile
 import time
 
 import numpy as np
+from codecstream.protocol.pcm import snr_db
 
 CHUNKS = (1, 2, 4, 8, 16, 25)
 FRAME_SECONDS = 0.08
@@ -33,11 +34,6 @@ PARITY_FRAMES = 200
 
 def codes(frames: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
-
-
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
-    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / noise))
 
 
 def measure(decode, reset, calls_for) -> dict:

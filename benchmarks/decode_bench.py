@@ -39,6 +39,7 @@ from pathlib import Path
 
 import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
+from codecstream.protocol.pcm import snr_db
 
 REPO = Path(__file__).resolve().parents[1]
 CHUNKS = (1, 2, 4, 8, 16, 25)
@@ -48,11 +49,6 @@ FRAME_SECONDS = 0.08
 
 def log(message: str) -> None:
     print(f"[decode_bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
-    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / noise))
 
 
 def parity(reference: np.ndarray, other: np.ndarray) -> dict:

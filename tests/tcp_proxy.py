@@ -5,6 +5,8 @@
   half-open connection (a peer that vanished without a FIN), which only keepalive can notice.
 - `freeze_to_client()`: the proxy stops reading what the server sends: a client that never reads
   (TCP buffers fill, then the server's writes block).
+- `reject(count)` / `reject_for(seconds)`: new connections are accepted and reset at once, as
+  while a network is still down: a client's reconnect attempts fail.
 """
 
 from __future__ import annotations
@@ -12,17 +14,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
+
+
+class _Link:
+    """One proxied connection: its two sockets and whether each direction still flows."""
+
+    def __init__(self, client_writer: asyncio.StreamWriter, upstream_writer: asyncio.StreamWriter) -> None:
+        self.writers = (client_writer, upstream_writer)
+        self.to_upstream = asyncio.Event()
+        self.to_client = asyncio.Event()
+        self.to_upstream.set()
+        self.to_client.set()
 
 
 class CuttableProxy:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.loop = asyncio.new_event_loop()
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._to_upstream = asyncio.Event()
-        self._to_client = asyncio.Event()
-        self._to_upstream.set()
-        self._to_client.set()
+        self._links: set[_Link] = set()
+        self._rejects_left = 0
+        self._reject_until = 0.0
+        #: Connections reset by reject() / reject_for().
+        self.rejected = 0
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
@@ -32,8 +46,14 @@ class CuttableProxy:
         self.target = f"127.0.0.1:{self.port}"
 
     async def _handle(self, client_reader, client_writer) -> None:
+        if self._rejects_left > 0 or time.monotonic() < self._reject_until:
+            self._rejects_left = max(0, self._rejects_left - 1)
+            self.rejected += 1
+            client_writer.transport.abort()
+            return
         upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        self._writers |= {client_writer, upstream_writer}
+        link = _Link(client_writer, upstream_writer)
+        self._links.add(link)
 
         async def pump(reader, writer, flowing: asyncio.Event):
             with contextlib.suppress(Exception):
@@ -48,30 +68,55 @@ class CuttableProxy:
             writer.close()
 
         await asyncio.gather(
-            pump(client_reader, upstream_writer, self._to_upstream),
-            pump(upstream_reader, client_writer, self._to_client),
+            pump(client_reader, upstream_writer, link.to_upstream),
+            pump(upstream_reader, client_writer, link.to_client),
         )
+        self._links.discard(link)
 
     def cut(self) -> None:
         """Abort every open connection (both sides see a reset), keep accepting new ones."""
 
         def abort_all():
-            self._to_upstream.set()
-            self._to_client.set()
-            for writer in list(self._writers):
-                writer.transport.abort()
-            self._writers.clear()
+            for link in list(self._links):
+                for writer in link.writers:
+                    writer.transport.abort()
+                link.to_upstream.set()
+                link.to_client.set()
+            self._links.clear()
 
         self.loop.call_soon_threadsafe(abort_all)
 
+    def reject(self, count: int) -> None:
+        """Reset the next `count` connections as soon as they are made."""
+
+        def set_count():
+            self._rejects_left = count
+
+        self.loop.call_soon_threadsafe(set_count)
+
+    def reject_for(self, seconds: float) -> None:
+        """Reset every connection made in the next `seconds`."""
+        self._reject_until = time.monotonic() + seconds
+
     def freeze(self) -> None:
-        """Stop forwarding in both directions, sockets left open (a half-open connection)."""
-        self.loop.call_soon_threadsafe(self._to_upstream.clear)
-        self.loop.call_soon_threadsafe(self._to_client.clear)
+        """Stop forwarding on the open connections, sockets left open (half-open connections);
+        connections made later flow normally."""
+
+        def freeze_all():
+            for link in self._links:
+                link.to_upstream.clear()
+                link.to_client.clear()
+
+        self.loop.call_soon_threadsafe(freeze_all)
 
     def freeze_to_client(self) -> None:
-        """Stop reading from the server (a client that never reads); client-to-server still flows."""
-        self.loop.call_soon_threadsafe(self._to_client.clear)
+        """Stop reading from the server on the open connections (clients that never read)."""
+
+        def freeze_all():
+            for link in self._links:
+                link.to_client.clear()
+
+        self.loop.call_soon_threadsafe(freeze_all)
 
     def close(self) -> None:
         self.cut()

@@ -24,13 +24,6 @@ def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
 
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    """Signal-to-noise ratio of `other` against `reference`, in dB (inf when identical)."""
-    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
-    signal = float(np.sum(reference.astype(np.float64) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(signal / noise)
-
-
 def decode_in_chunks(decoder, codes: np.ndarray, sizes) -> np.ndarray:
     """Feed `codes` to a FrameDecoder in chunks of the given sizes (the last size repeats)."""
     sizes = list(sizes)

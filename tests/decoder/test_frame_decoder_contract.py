@@ -9,8 +9,8 @@ from codecstream.decoder import (
     CodesError,
     FullUtteranceDecoder,
     decode_utterance,
+    load_decoder,
     make_frame_decoder,
-    open_decoder,
 )
 from codecstream.protocol.decoding import FrameDecoder
 
@@ -58,8 +58,8 @@ def test_the_decoder_is_strictly_causal(tiny_model):
     assert not np.array_equal(before[25 * 1920 : 26 * 1920], after[25 * 1920 : 26 * 1920])
 
 
-def test_open_decoder_loads_a_checkpoint_in_the_requested_mode(tiny_checkpoints):
-    decoder = open_decoder(tiny_checkpoints["mild"], mode="windowed")
-    assert decoder.decode(random_codes(2)).shape == (3840,)
+def test_make_frame_decoder_wraps_a_loaded_checkpoint_in_the_requested_mode(tiny_checkpoints):
+    model = load_decoder(tiny_checkpoints["mild"])
+    assert make_frame_decoder(model, mode="windowed").decode(random_codes(2)).shape == (3840,)
     with pytest.raises(ValueError, match="unknown decoding mode 'fast'"):
-        open_decoder(tiny_checkpoints["mild"], mode="fast")
+        make_frame_decoder(model, mode="fast")

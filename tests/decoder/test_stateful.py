@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 from codecstream.decoder import StatefulDecoder, StatefulDecoderStep, decode_utterance
+from codecstream.protocol.pcm import snr_db
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import decode_in_chunks, random_codes, snr_db
+from .conftest import decode_in_chunks, random_codes
 
 FRAMES = 600  # far past the 72-frame window and the ~568-frame reach of the stacked attention
 CHUNKINGS = {

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 from codecstream.decoder import WindowedDecoder, WindowedDecoderModule, decode_utterance
+from codecstream.protocol.pcm import snr_db
 
-from .conftest import decode_in_chunks, random_codes, snr_db
+from .conftest import decode_in_chunks, random_codes
 
 
 @pytest.mark.parametrize("init", ["mild", "stressed"])

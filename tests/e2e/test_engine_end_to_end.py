@@ -11,14 +11,10 @@ from codecstream.client import Client, CodecMismatch, InvalidRequest
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
 from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.protocol.pcm import snr_db
 from codecstream.v1 import synthesis_pb2 as pb
 
 pytestmark = pytest.mark.engine
-
-
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    noise = float(np.sum((reference.astype(np.float64) - other.astype(np.float64)) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / noise)
 
 
 @pytest.fixture(scope="module")

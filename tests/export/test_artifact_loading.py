@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from codecstream.client.runtimes import DecoderLoadError, open_decoder
-from codecstream.client.runtimes.manifest import MANIFEST_FILE
+from codecstream.protocol.manifest import MANIFEST_FILE
 
 from .conftest import random_codes
 

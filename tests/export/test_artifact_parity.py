@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
-from codecstream.export.metrics import snr_db
 from codecstream.export.parity import stream_through
 from codecstream.protocol.chunking import ChunkSchedule
+from codecstream.protocol.pcm import snr_db
 
 from .conftest import MAX_CHUNK_FRAMES, random_codes
 

@@ -9,9 +9,10 @@ import shutil
 import numpy as np
 import pytest
 from codecstream.client import cli
-from codecstream.client.runtimes import open_decoder, read_manifest
+from codecstream.client.runtimes import open_decoder
 from codecstream.export.cli import register_parity
 from codecstream.protocol.codes_file import save_codes_file
+from codecstream.protocol.manifest import read_manifest
 
 from .conftest import codecstream, export_command, random_codes
 
@@ -107,7 +108,7 @@ def test_formats_of_one_graph_share_a_directory_and_auto_prefers_onnx(artifacts,
     assert check == "inf" or check > 90  # JSON has no infinity: identical output is written "inf"
     assert open_decoder(directory).backend == "onnx"
     codes = random_codes(30)
-    from codecstream.export.metrics import snr_db
+    from codecstream.protocol.pcm import snr_db
 
     assert snr_db(open_decoder(directory).decode(codes), open_decoder(directory, backend="pt2").decode(codes)) > 90
 

@@ -22,7 +22,7 @@ def neighbour_codes(target: str) -> np.ndarray:
 
 def storm(target: str, rounds: int) -> None:
     """Streams that are cancelled after their first chunk or dropped without a word, one after another."""
-    with Client(target, resume_attempts=0) as client:
+    with Client(target, resume_timeout_s=0) as client:
         for index in range(rounds):
             stream = client.stream_codes("A stream that will not be heard out.", voice="ryan", seed=100 + index)
             try:

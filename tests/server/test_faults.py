@@ -100,14 +100,24 @@ def test_a_half_open_connection_is_noticed_by_keepalive_and_its_stream_cancelled
 def test_a_client_that_never_reads_is_dropped_after_the_stall_timeout_and_its_memory_stays_bounded(
     replay_server_factory, proxy_factory
 ):
-    limits = ServerLimits(stalled_client_timeout_s=1.0, max_frames=200_000)
+    # 19 MB of codes in 24,000 messages: far more than the socket and HTTP/2 buffers hold, and few
+    # enough messages that the stream reaches the full buffers quickly even in a slow process.
+    limits = ServerLimits(stalled_client_timeout_s=1.0, max_frames=600_000)
     server = replay_server_factory(
-        codes=random_codes(200_000), fps=0.0, limits=limits, keepalive=Keepalive(time_s=600, timeout_s=600)
+        codes=random_codes(600_000), fps=0.0, limits=limits, keepalive=Keepalive(time_s=600, timeout_s=600)
     )
     proxy = proxy_factory(server.server.port)
     channel = grpc.insecure_channel(proxy.target)
     responses = synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(
-        iter([pb.SynthesizeRequest(start=pb.Start(text="A long text.", chunking=pb.ChunkingPolicy(ramp_frames=[1])))]),
+        iter(
+            [
+                pb.SynthesizeRequest(
+                    start=pb.Start(
+                        text="A long text.", chunking=pb.ChunkingPolicy(first_chunk_frames=25, ramp_frames=[25])
+                    )
+                )
+            ]
+        ),
         timeout=60,
     )
     header = next(responses).header
@@ -143,7 +153,7 @@ def test_a_storm_of_cancels_disconnects_and_cut_connections_keeps_the_books_bala
 
     def run(action: str) -> None:
         target = proxy.target if action == "cut" else server.target
-        with Client(target, resume_attempts=0) as client:
+        with Client(target, resume_timeout_s=0) as client:
             stream = client.stream_codes("Hi.", chunking=[2])
             try:
                 next(stream)

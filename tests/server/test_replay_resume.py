@@ -54,7 +54,7 @@ def test_stream_that_is_not_resumable_is_cancelled_when_the_connection_breaks(re
 def test_detached_resumable_stream_is_stopped_after_the_resume_window(replay_server_factory, proxy_factory):
     server = replay_server_factory(codes=random_codes(4000), fps=100.0, limits=ServerLimits(resume_window_s=0.3))
     proxy = proxy_factory(server.server.port)
-    with Client(proxy.target, resume_attempts=0) as client:
+    with Client(proxy.target, resume_timeout_s=0) as client:
         stream = client.stream_codes("A long text.", resumable=True)
         next(stream)
         proxy.cut()

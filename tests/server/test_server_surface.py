@@ -69,7 +69,7 @@ def test_plaintext_client_cannot_talk_to_a_tls_server(replay_server_factory, sel
     cert, key = self_signed_cert
     server = replay_server_factory(tls_cert=cert, tls_key=key)
     with Client(server.target) as client, pytest.raises(Exception):  # noqa: B017 - UNAVAILABLE
-        client.codec_info(timeout=3)
+        client.codec_info(timeout_s=3)
 
 
 def test_metrics_count_streams_frames_and_cancels(replay_server_factory):

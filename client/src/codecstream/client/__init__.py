@@ -1,21 +1,30 @@
 """codecstream client: receive codec tokens over gRPC and turn them into audio on the device."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream
 from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import (
     CodecMismatch,
     CodecStreamError,
+    DeadlineExceeded,
     InvalidRequest,
     ResourceExhausted,
+    ResumeFailed,
+    ResumeOutOfRange,
     ServerError,
     StreamEnded,
     StreamNotFound,
     Unauthenticated,
     Unavailable,
 )
-from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, DecoderMismatch, PcmChunk
+from codecstream.client.requests import StartOptions
+from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
 
-__version__ = "0.1.0"
+try:  # the version lives once, in pyproject.toml
+    __version__ = version("codecstream-client")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = [
     "AsyncAudioStream",
@@ -27,11 +36,14 @@ __all__ = [
     "CodeStream",
     "CodecMismatch",
     "CodecStreamError",
-    "DecoderMismatch",
+    "DeadlineExceeded",
     "InvalidRequest",
     "PcmChunk",
     "ResourceExhausted",
+    "ResumeFailed",
+    "ResumeOutOfRange",
     "ServerError",
+    "StartOptions",
     "StreamEnded",
     "StreamNotFound",
     "Unauthenticated",

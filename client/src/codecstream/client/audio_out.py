@@ -8,20 +8,18 @@ import wave
 import numpy as np
 from codecstream.client.errors import CodecStreamError
 from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.protocol.decoding import SAMPLE_RATE_HZ
+from codecstream.protocol.pcm import to_pcm16
 
 
 class AudioDeviceUnavailable(CodecStreamError):
     """No way to play sound here (no PortAudio library, no output device); WAV output still works."""
 
 
-def to_int16(samples: np.ndarray) -> np.ndarray:
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2")
-
-
 class WavWriter:
     """Streams PCM into a 16-bit mono WAV file as it arrives."""
 
-    def __init__(self, path: pathlib.Path | str, sample_rate: int = 24_000) -> None:
+    def __init__(self, path: pathlib.Path | str, sample_rate: int = SAMPLE_RATE_HZ) -> None:
         self.path = pathlib.Path(path)
         self._wave = wave.open(str(self.path), "wb")
         self._wave.setnchannels(1)
@@ -30,7 +28,7 @@ class WavWriter:
         self.samples_written = 0
 
     def write(self, samples: np.ndarray) -> None:
-        self._wave.writeframes(to_int16(samples).tobytes())
+        self._wave.writeframes(to_pcm16(samples).tobytes())
         self.samples_written += len(samples)
 
     def close(self) -> None:

@@ -1,10 +1,20 @@
-"""Opening a channel: plain or TLS, with an optional bearer token on every call."""
+"""Opening a channel: plain or TLS, with an optional bearer token on every call, and keepalive.
+
+While a call is open the channel pings the server every `keepalive_s`; no answer within as long
+drops the connection, so a connection that died without a FIN or RST (a NAT that forgot it, a
+Wi-Fi handover) fails the call within about twice `keepalive_s` and a resumable stream reattaches.
+codecstream-server accepts pings every 5 s or more (docs/server.md).
+"""
 
 from __future__ import annotations
 
 import pathlib
 
 import grpc
+
+DEFAULT_KEEPALIVE_S = 10.0
+#: The largest response message accepted: a Header with the longest reference codes is far smaller.
+MAX_RESPONSE_BYTES = 16 << 20
 
 
 class _BearerToken(grpc.AuthMetadataPlugin):
@@ -20,9 +30,24 @@ def call_metadata(token: str | None, tls: bool) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token and not tls else ()
 
 
-def open_channel(target: str, tls: bool | str | pathlib.Path = False, token: str | None = None) -> grpc.aio.Channel:
+def open_channel(
+    target: str,
+    tls: bool | str | pathlib.Path = False,
+    token: str | None = None,
+    keepalive_s: float = DEFAULT_KEEPALIVE_S,
+) -> grpc.aio.Channel:
     """`tls`: False (plaintext), True (system roots) or a path to a PEM root certificate."""
-    options = [("grpc.max_receive_message_length", 16 << 20)]
+    keepalive_ms = int(keepalive_s * 1000)
+    options = [
+        ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_ms),
+        # Acks are sent through the ping machinery, whose own timeout is a minute by default.
+        ("grpc.http2.ping_timeout_ms", keepalive_ms),
+        # A stream sends little (acks), so pings must not wait for data to have been sent.
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
     if not tls:
         return grpc.aio.insecure_channel(target, options=options)
     roots = None if tls is True else pathlib.Path(tls).read_bytes()

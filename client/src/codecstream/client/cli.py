@@ -11,9 +11,8 @@ import argparse
 import sys
 from importlib.metadata import entry_points
 
-# CommandError lives in errors.py, not here: under `python -m codecstream.client.cli` this module is
-# __main__, and commands raising codecstream.client.cli.CommandError would not be caught.
-from codecstream.client.errors import CodecStreamError, CommandError
+from codecstream.client.command_error import CommandError
+from codecstream.client.errors import CodecStreamError
 from codecstream.protocol.errors import ProtocolError
 
 

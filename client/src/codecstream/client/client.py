@@ -7,18 +7,23 @@ import concurrent.futures
 import pathlib
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from codecstream.client.channel import call_metadata, open_channel
-from codecstream.client.code_stream import AsyncCodeStream
+import numpy as np
+from codecstream.client.channel import DEFAULT_KEEPALIVE_S, call_metadata, open_channel
+from codecstream.client.code_stream import DEFAULT_RESUME_TIMEOUT_S, AsyncCodeStream
+from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import from_rpc_error
-from codecstream.client.requests import build_start
-from codecstream.client.synthesis import AsyncAudioStream, PcmChunk, decoder_codec
+from codecstream.client.requests import StartOptions, build_start
+from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
 from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.reassembler import ReceivedChunk
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; the client also runs on 3.10 (JetPack 6)
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -30,6 +35,11 @@ class AsyncClient:
     async with AsyncClient("host:50051") as client:
         async for chunk in client.stream_codes("Hello", voice="vivian"):
             ...
+
+    `tls`: False (plaintext), True (system roots) or a PEM root certificate path. `token`: a bearer
+    token sent on every call. `resume_timeout_s`: how long a resumable stream keeps trying to
+    reattach after a lost connection (0: never). `keepalive_s`: ping the server this often while
+    a call is open, so a connection that died silently is noticed within about twice that.
     """
 
     def __init__(
@@ -38,17 +48,19 @@ class AsyncClient:
         *,
         tls: bool | str | pathlib.Path = False,
         token: str | None = None,
-        resume_attempts: int = 3,
+        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
     ) -> None:
         self.target = target
-        self._channel = open_channel(target, tls, token)
+        self._channel = open_channel(target, tls, token, keepalive_s)
         self._stub = synthesis_pb2_grpc.SynthesisServiceStub(self._channel)
         self._metadata = call_metadata(token, bool(tls))
-        self._resume_attempts = resume_attempts
+        self._resume_timeout_s = resume_timeout_s
         # One decode thread per client: decoding never blocks the event loop that reads the network.
         self._decode_thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="codecstream-decode"
         )
+        self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -57,51 +69,63 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the connection; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
         await self._channel.close()
         self._decode_thread.shutdown(wait=False)
 
-    async def codec_info(self, timeout: float = 10.0) -> pb.GetCodecInfoResponse:
+    async def codec_info(self, timeout_s: float = 10.0) -> pb.GetCodecInfoResponse:
         try:
-            return await self._stub.GetCodecInfo(pb.GetCodecInfoRequest(), metadata=self._metadata, timeout=timeout)
+            return await self._stub.GetCodecInfo(pb.GetCodecInfoRequest(), metadata=self._metadata, timeout=timeout_s)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    async def voices(self, timeout: float = 10.0) -> list[pb.Voice]:
+    async def voices(self, timeout_s: float = 10.0) -> list[pb.Voice]:
         try:
-            response = await self._stub.ListVoices(pb.ListVoicesRequest(), metadata=self._metadata, timeout=timeout)
+            response = await self._stub.ListVoices(pb.ListVoicesRequest(), metadata=self._metadata, timeout=timeout_s)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         return list(response.voices)
 
-    def stream_codes(self, text: str, **options: Any) -> AsyncCodeStream:
+    def stream_codes(
+        self, text: str, *, timeout_s: float | None = None, **options: Unpack[StartOptions]
+    ) -> AsyncCodeStream:
         """Start synthesizing `text`; iterate the result for chunks of codes.
 
-        Options: voice, language, instructions, task_type, reference_audio, reference_text, seed,
-        temperature, top_p, top_k, repetition_penalty, max_frames, chunking, client_request_id,
-        resumable, expected_codec.
+        `timeout_s`: a deadline for the whole stream, resumes included (DeadlineExceeded after it);
+        None: none. The other options are StartOptions.
         """
-        return AsyncCodeStream(self._stub, build_start(text, **options), self._metadata, self._resume_attempts)
+        return AsyncCodeStream(
+            self._stub,
+            build_start(text, **options),
+            self._metadata,
+            resume_timeout_s=self._resume_timeout_s,
+            timeout_s=timeout_s,
+        )
 
     def synthesize(
-        self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any
+        self,
+        text: str,
+        *,
+        decoder: FrameDecoder | str | pathlib.Path,
+        backend: str = "auto",
+        timeout_s: float | None = None,
+        **options: Unpack[StartOptions],
     ) -> AsyncAudioStream:
         """Start synthesizing `text`; iterate the result for decoded PcmChunks.
 
-        `decoder`: an opened decoder (codecstream.client.runtimes.open_decoder) or the directory of
-        a decoder artifact / checkpoint to open with `backend`. The server is told which decoder the
-        client has and refuses a stream its codes would not fit; options as for stream_codes.
+        `decoder`: a decoder opened by codecstream.client.runtimes.open_decoder, or the directory
+        of a decoder artifact / checkpoint, opened with `backend` once per process and shared.
+        Any number of streams may use one decoder at once: each decodes with a state of its own.
+        The server is told which decoder the client has and refuses a stream its codes would not
+        fit. `timeout_s` and the options as for stream_codes.
         """
-        decoder = resolve_decoder(decoder, backend)
-        options.setdefault("expected_codec", decoder_codec(decoder))
-        return AsyncAudioStream(self.stream_codes(text, **options), decoder, self._decode_thread)
-
-
-def resolve_decoder(decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto") -> FrameDecoder:
-    if isinstance(decoder, FrameDecoder):
-        return decoder
-    from codecstream.client.runtimes import open_decoder
-
-    return open_decoder(decoder, backend=backend)
+        decoder = shared_decoder(decoder, backend)
+        options.setdefault("expected_codec", decoder.codec)
+        codes = self.stream_codes(text, timeout_s=timeout_s, **options)
+        return AsyncAudioStream(codes, decoder.new_stream(), self._decode_thread)
 
 
 class _LoopThread:
@@ -115,7 +139,14 @@ class _LoopThread:
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
+    def call_soon(self, function, *args) -> None:
+        self.loop.call_soon_threadsafe(function, *args)
+
     def stop(self) -> None:
+        """Cancel what is pending and stop the thread; safe to call more than once."""
+        if not self._thread.is_alive():
+            return
+
         async def cancel_pending() -> None:
             pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
             for task in pending:
@@ -133,6 +164,16 @@ class _BlockingStream:
     def __init__(self, stream, loop: _LoopThread) -> None:
         self._stream = stream
         self._loop = loop
+        self._exhausted = False
+
+    @property
+    def header(self) -> pb.Header | None:
+        return self._stream.header
+
+    @property
+    def end(self) -> pb.End | None:
+        """The server's End, once the stream is over."""
+        return self._stream.end
 
     def open(self) -> pb.Header:
         return self._loop.run(self._stream.open())
@@ -141,6 +182,9 @@ class _BlockingStream:
         return self
 
     def __next__(self):
+        if self._exhausted:
+            raise StopIteration
+
         async def next_item():
             try:
                 return await self._stream.__anext__()
@@ -149,15 +193,18 @@ class _BlockingStream:
 
         item = self._loop.run(next_item())
         if item is None:
+            self._exhausted = True
             raise StopIteration
         return item
 
     def cancel(self, played_frames: int = 0) -> pb.End | None:
         return self._loop.run(self._stream.cancel(played_frames))
 
-    def __getattr__(self, name: str):
-        # header, end, stats, ...: read-only state of the async stream.
-        return getattr(self._stream, name)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._loop.run(self._stream.__aexit__(*exc_info))
 
 
 class CodeStream(_BlockingStream):
@@ -166,11 +213,28 @@ class CodeStream(_BlockingStream):
     def __next__(self) -> ReceivedChunk:
         return super().__next__()
 
+    @property
+    def stream_id(self) -> str:
+        return self._stream.stream_id
+
+    @property
+    def reference_codes(self) -> np.ndarray:
+        return self._stream.reference_codes
+
+    @property
+    def resumes(self) -> int:
+        return self._stream.resumes
+
+    @property
+    def replica(self) -> str | None:
+        """The replica a load balancer names for the stream (None: a direct connection)."""
+        return self._stream.replica
+
     def ack(self, seq: int) -> None:
-        self._loop.loop.call_soon_threadsafe(self._stream.ack, seq)
+        self._loop.call_soon(self._stream.ack, seq)
 
     def abandon(self) -> None:
-        self._loop.loop.call_soon_threadsafe(self._stream.abandon)
+        self._loop.call_soon(self._stream.abandon)
 
 
 class AudioStream(_BlockingStream):
@@ -179,23 +243,54 @@ class AudioStream(_BlockingStream):
     def __next__(self) -> PcmChunk:
         return super().__next__()
 
+    @property
+    def stats(self) -> AudioStreamStats:
+        return self._stream.stats
+
+    @property
+    def resumes(self) -> int:
+        return self._stream.codes.resumes
+
+    @property
+    def replica(self) -> str | None:
+        """The replica a load balancer names for the stream (None: a direct connection)."""
+        return self._stream.codes.replica
+
+    @property
+    def reference_codes(self) -> np.ndarray:
+        """Voice-clone codes from the Header that primed the decoder (never played); (n, 16) int16."""
+        return self._stream.codes.reference_codes
+
 
 class Client:
-    """Blocking client with the methods of AsyncClient.
+    """Blocking client with the methods of AsyncClient (and its constructor's options).
 
     with Client("host:50051") as client:
         for chunk in client.stream_codes("Hello", voice="vivian"):
             ...
     """
 
-    def __init__(self, target: str = DEFAULT_TARGET, **options: Any) -> None:
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        tls: bool | str | pathlib.Path = False,
+        token: str | None = None,
+        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    ) -> None:
         self._loop = _LoopThread()
 
         async def make() -> AsyncClient:
-            return AsyncClient(target, **options)
+            return AsyncClient(target, tls=tls, token=token, resume_timeout_s=resume_timeout_s, keepalive_s=keepalive_s)
 
-        self._async = self._loop.run(make())
+        try:
+            self._async = self._loop.run(make())
+        except BaseException:
+            self._loop.stop()
+            raise
         self.target = target
+        self._closed = False
 
     def __enter__(self) -> Client:
         return self
@@ -204,20 +299,32 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close the connection and stop the client's thread; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
         self._loop.run(self._async.close())
         self._loop.stop()
 
-    def codec_info(self, timeout: float = 10.0) -> pb.GetCodecInfoResponse:
-        return self._loop.run(self._async.codec_info(timeout))
+    def codec_info(self, timeout_s: float = 10.0) -> pb.GetCodecInfoResponse:
+        return self._loop.run(self._async.codec_info(timeout_s))
 
-    def voices(self, timeout: float = 10.0) -> list[pb.Voice]:
-        return self._loop.run(self._async.voices(timeout))
+    def voices(self, timeout_s: float = 10.0) -> list[pb.Voice]:
+        return self._loop.run(self._async.voices(timeout_s))
 
-    def stream_codes(self, text: str, **options: Any) -> CodeStream:
-        return CodeStream(self._async.stream_codes(text, **options), self._loop)
+    def stream_codes(self, text: str, *, timeout_s: float | None = None, **options: Unpack[StartOptions]) -> CodeStream:
+        """Blocking twin of AsyncClient.stream_codes: iterate for ReceivedChunks."""
+        return CodeStream(self._async.stream_codes(text, timeout_s=timeout_s, **options), self._loop)
 
     def synthesize(
-        self, text: str, *, decoder: FrameDecoder | str | pathlib.Path, backend: str = "auto", **options: Any
+        self,
+        text: str,
+        *,
+        decoder: FrameDecoder | str | pathlib.Path,
+        backend: str = "auto",
+        timeout_s: float | None = None,
+        **options: Unpack[StartOptions],
     ) -> AudioStream:
         """Blocking twin of AsyncClient.synthesize: iterate for PcmChunks."""
-        return AudioStream(self._async.synthesize(text, decoder=decoder, backend=backend, **options), self._loop)
+        stream = self._async.synthesize(text, decoder=decoder, backend=backend, timeout_s=timeout_s, **options)
+        return AudioStream(stream, self._loop)

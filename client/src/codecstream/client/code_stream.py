@@ -1,4 +1,12 @@
-"""One Synthesize call seen from the client: chunks of codes in order, cancel, ack, resume."""
+"""One Synthesize call seen from the client: chunks of codes in order, cancel, ack, resume.
+
+A resumable stream survives a broken connection: the client opens a new call with Resume, the
+server answers with the Header again and the chunks after the last one the client holds, and
+iteration goes on as if nothing had happened. Every chunk is handed out exactly once (the
+reassembler checks seq and frame continuity across calls), a Cancel or Ack asked for while the
+connection was down is sent on the new call, and when the stream cannot be resumed the error
+says why (StreamNotFound, ResumeOutOfRange), not just that the connection broke.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +16,51 @@ import time
 
 import grpc
 import numpy as np
-from codecstream.client.errors import StreamEnded, from_rpc_error
+from codecstream.client.errors import StreamEnded, Unavailable, from_rpc_error
+from codecstream.protocol.metadata import REPLICA_HEADER
 from codecstream.protocol.reassembler import ReceivedChunk, StreamReassembler
 from codecstream.v1 import synthesis_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
-#: Response header that a load balancer sets to name the replica serving a stream (Envoy's
-#: header-based stateful session); echoed on Resume so the reattach reaches the same replica.
-AFFINITY_HEADER = "codecstream-session"
 #: Statuses that mean "the connection broke", after which a resumable stream reattaches.
-_RESUMABLE_STATUSES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+_CONNECTION_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+#: How long a client keeps trying to reattach: the server keeps a detached stream this long by
+#: default (GetCodecInfoResponse.resume_window_ms).
+DEFAULT_RESUME_TIMEOUT_S = 5.0
+_FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 
 
 class AsyncCodeStream:
     """Async iterator of `ReceivedChunk`s; the Header is read before the first chunk is returned.
 
-    `header`, `reference_codes` and, once the stream is over, `end` describe the stream.
+    `header`, `reference_codes` and, once the stream is over, `end` describe the stream. Use it as
+    an async context manager to cancel it if the block is left before the stream ends.
     """
 
-    def __init__(self, stub, start: pb.Start, metadata: tuple = (), resume_attempts: int = 3) -> None:
+    def __init__(
+        self,
+        stub,
+        start: pb.Start,
+        metadata: tuple = (),
+        *,
+        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        timeout_s: float | None = None,
+    ) -> None:
         self._stub = stub
         self._start = start
         self._metadata = metadata
-        self._resume_attempts = resume_attempts if start.resumable else 0
+        self._resume_timeout_s = resume_timeout_s if start.resumable else 0.0
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._reassembler = StreamReassembler()
         self._requests: asyncio.Queue = asyncio.Queue()
         self._call = None
         self._responses = None
+        self._played_frames = 0
         self.opened_at = 0.0
         self.first_chunk_at: float | None = None
+        #: Times the stream reattached after a lost connection.
         self.resumes = 0
         self.cancelled = False
         self._affinity: tuple[tuple[str, str], ...] = ()
@@ -62,6 +84,12 @@ class AsyncCodeStream:
         return self._reassembler.reference_codes
 
     @property
+    def replica(self) -> str | None:
+        """The replica serving the stream, as a load balancer named it (REPLICA_HEADER); None
+        when the server is reached directly."""
+        return self._affinity[0][1] if self._affinity else None
+
+    @property
     def frames_received(self) -> int:
         return self._reassembler.next_frame
 
@@ -73,15 +101,32 @@ class AsyncCodeStream:
             yield message
 
     def _open_call(self, first: pb.SynthesizeRequest) -> None:
+        """Open a call whose first message is `first`; messages not yet sent on the previous call
+        (a Cancel, Acks) go out on this one."""
+        unsent = []
+        while not self._requests.empty():
+            message = self._requests.get_nowait()
+            if message is not _CLOSE:
+                unsent.append(message)
+        if self.cancelled and not any(message.HasField("cancel") for message in unsent):
+            # The previous call may have taken the Cancel off the queue and died with it.
+            unsent.append(pb.SynthesizeRequest(cancel=pb.Cancel(played_frames=self._played_frames)))
         self._requests = asyncio.Queue()
+        for message in unsent:
+            self._requests.put_nowait(message)
         metadata = self._metadata + self._affinity
-        self._call = self._stub.Synthesize(self._request_messages(first, self._requests), metadata=metadata)
+        self._call = self._stub.Synthesize(
+            self._request_messages(first, self._requests), metadata=metadata, timeout=self._remaining()
+        )
         self._responses = self._call.__aiter__()
+
+    def _remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
 
     async def _remember_affinity(self) -> None:
         for key, value in await self._call.initial_metadata() or ():
-            if key == AFFINITY_HEADER:
-                self._affinity = ((AFFINITY_HEADER, value),)
+            if key == REPLICA_HEADER and value:
+                self._affinity = ((REPLICA_HEADER, value),)
 
     async def open(self) -> pb.Header:
         """Send Start and wait for the Header. Raises a ServerError subclass if the server refuses."""
@@ -92,8 +137,8 @@ class AsyncCodeStream:
             await self._remember_affinity()
         return self.header
 
-    async def _next_message(self) -> pb.SynthesizeResponse | None:
-        """Next validated message, reattaching once per broken connection if the stream is resumable."""
+    async def _next_message(self) -> pb.SynthesizeResponse | ReceivedChunk | None:
+        """Next validated message; a broken connection is resumed (or its cause raised) first."""
         while True:
             try:
                 message = await self._responses.__anext__()
@@ -104,37 +149,53 @@ class AsyncCodeStream:
                     ) from None
                 return None
             except grpc.RpcError as error:
-                if await self._try_resume(error):
-                    continue
-                raise from_rpc_error(error) from None
+                await self._reattach(error)
+                continue
             chunk = self._reassembler.accept(message)
             if message.HasField("end"):
                 self._requests.put_nowait(_CLOSE)
             return message if chunk is None else chunk
 
-    async def _try_resume(self, error: grpc.RpcError) -> bool:
-        if self.header is None or self.end is not None or error.code() not in _RESUMABLE_STATUSES:
-            return False
-        while self.resumes < self._resume_attempts:
-            self.resumes += 1
-            await asyncio.sleep(0.05 * 2**self.resumes)
-            log.info(
-                "stream %s: connection lost (%s), resuming after seq %s",
-                self.stream_id,
-                error.code().name,
-                self._reassembler.last_seq,
-            )
+    async def _reattach(self, lost: grpc.RpcError) -> None:
+        """Resume on a new call after `lost` broke the current one: retried with backoff for as long
+        as the server keeps the stream. Returns once the new call's Header is in; raises the typed
+        error of the real cause otherwise."""
+        if (
+            self._resume_timeout_s <= 0
+            or self.header is None
+            or self.end is not None
+            or lost.code() not in _CONNECTION_LOST
+        ):
+            raise from_rpc_error(lost) from None
+        self.resumes += 1
+        give_up_at = time.monotonic() + self._resume_timeout_s
+        delay, last = _FIRST_RETRY_S, lost
+        while True:
+            log.info("stream %s: connection lost (%s), resuming after seq %s", self.stream_id, last.code().name,
+                     self._reassembler.last_seq)  # fmt: skip
             self._reassembler.expect_resume()
             resume = pb.Resume(stream_id=self.stream_id)
             if self._reassembler.last_seq is not None:
                 resume.last_acked_seq = self._reassembler.last_seq
             self._open_call(pb.SynthesizeRequest(resume=resume))
             try:
-                await self._next_message()  # the Header again
-                return True
-            except Exception as retry_error:
-                log.info("stream %s: resume attempt %d failed: %s", self.stream_id, self.resumes, retry_error)
-        return False
+                self._reassembler.accept(await self._responses.__anext__())  # the Header again
+                return
+            except StopAsyncIteration:
+                raise StreamEnded(
+                    pb.End(reason=pb.END_REASON_ERROR, message="server closed the resumed stream without a Header")
+                ) from None
+            except grpc.RpcError as error:
+                if error.code() not in _CONNECTION_LOST:
+                    raise from_rpc_error(error) from None  # NOT_FOUND, OUT_OF_RANGE, UNAUTHENTICATED, ...
+                last = error
+            if time.monotonic() + delay > give_up_at:
+                raise Unavailable(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"could not resume stream {self.stream_id} within {self._resume_timeout_s:g} s: {last.details()}",
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _LONGEST_RETRY_S)
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -157,6 +218,13 @@ class AsyncCodeStream:
         if self.end is not None and self.end.reason in (pb.END_REASON_ERROR, pb.END_REASON_UNSPECIFIED):
             raise StreamEnded(self.end)
 
+    async def __aenter__(self) -> AsyncCodeStream:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._call is not None and self.end is None:
+            await self.cancel(self._played_frames)
+
     # -- control -------------------------------------------------------------------------------
 
     def ack(self, seq: int) -> None:
@@ -167,6 +235,7 @@ class AsyncCodeStream:
     def request_cancel(self, played_frames: int = 0) -> None:
         """Ask the server to stop; whoever is iterating the stream sees its End(CANCELLED)."""
         self.cancelled = True
+        self._played_frames = played_frames
         if self._call is not None and self.end is None:
             self._requests.put_nowait(pb.SynthesizeRequest(cancel=pb.Cancel(played_frames=played_frames)))
 
@@ -178,7 +247,7 @@ class AsyncCodeStream:
         try:
             while self.end is None:
                 await self._next_message()
-        except Exception as error:
+        except Exception as error:  # the stream is being abandoned either way
             log.info("stream %s: error while cancelling: %s", self.stream_id, error)
             self._call.cancel()
         return self.end

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 from codecstream.client.client import Client
 from codecstream.protocol.codes_file import save_codes_file
+from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.v1 import synthesis_pb2 as pb
 
 
@@ -25,8 +27,21 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", help="bearer token, if the server requires one")
 
 
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", help="text to speak")
+def add_request_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    text_option: bool = False,
+    seed: int | None = None,
+    chunking: Sequence[int] | None = None,
+) -> None:
+    """The request flags every command that starts a stream shares (say, record, parity e2e).
+
+    `text_option`: the text is `--text TEXT` instead of a positional argument; `seed`, `chunking`:
+    the command's defaults (None: the server's)."""
+    if text_option:
+        parser.add_argument("--text", required=True, help="text to speak")
+    else:
+        parser.add_argument("text", help="text to speak")
     parser.add_argument("--voice", default="", help="speaker (see `codecstream info`)")
     parser.add_argument("--language", default="", help="language of the text (default: detected)")
     parser.add_argument(
@@ -35,9 +50,13 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-type", default="CustomVoice", choices=["CustomVoice", "VoiceDesign", "Base"])
     parser.add_argument("--reference-audio", type=pathlib.Path, help="WAV/FLAC to clone (task type Base)")
     parser.add_argument("--reference-text", default="", help="what the reference audio says")
-    parser.add_argument("--seed", type=int)
+    parser.add_argument("--seed", type=int, default=seed)
     parser.add_argument("--max-frames", type=int, default=0)
-    parser.add_argument("--chunking", help="chunk sizes in frames, e.g. 2,4,8,16,25")
+    parser.add_argument(
+        "--chunking",
+        default=",".join(map(str, chunking)) if chunking else None,
+        help="chunk sizes in frames, e.g. 2,4,8,16,25",
+    )
 
 
 def request_options(args: argparse.Namespace) -> dict:
@@ -87,7 +106,7 @@ def run_record(args: argparse.Namespace) -> int:
     with connect(args) as client:
         stream = client.stream_codes(args.text, **request_options(args))
         chunks = [chunk.codes for chunk in stream]
-    codes = np.concatenate(chunks) if chunks else np.zeros((0, 16), np.int16)
+    codes = np.concatenate(chunks) if chunks else np.zeros((0, NUM_CODEBOOKS), np.int16)
     save_codes_file(args.out, codes, stream.reference_codes if args.out.suffix == ".npz" else None)
     reason = pb.EndReason.Name(stream.end.reason).removeprefix("END_REASON_")
     print(f"{len(codes)} frames in {len(chunks)} chunks ({reason}) -> {args.out}", file=sys.stderr)

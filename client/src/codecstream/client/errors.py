@@ -1,21 +1,29 @@
-"""Typed exceptions of the client. Server errors carry the gRPC status code and its message."""
+"""Typed exceptions of the client, all under `CodecStreamError` (codecstream.protocol.errors):
+
+CodecStreamError
+├── ProtocolError (also ValueError): CodesError, StreamOrderError, ChunkingError, DigestError
+├── CodecMismatch: the stream's codes do not fit the decoder
+├── DecoderLoadError (codecstream.client.runtimes): a decoder that cannot be opened
+├── StreamEnded: the stream ended with End(ERROR); `end` holds the server's End
+└── ServerError: the call ended with a non-OK status; `code` and `details`
+    ├── InvalidRequest, ResourceExhausted, Unauthenticated, Unavailable, DeadlineExceeded
+    └── ResumeFailed: StreamNotFound, ResumeOutOfRange
+"""
 
 from __future__ import annotations
 
 import grpc
-from codecstream.protocol.errors import CodecMismatchError, ProtocolError
+from codecstream.protocol.errors import CodecStreamError, ProtocolError
 
 
-class CodecStreamError(Exception):
-    """Base class of every error the client raises on purpose."""
+class CodecMismatch(CodecStreamError):
+    """The stream's codes do not fit the client's decoder (codec spec or weights digest differ):
+    refused by the server before generating (`code` FAILED_PRECONDITION) or found by the client
+    in the stream's Header (`code` None)."""
 
-
-class CommandError(Exception):
-    """A reason a CLI command failed, printed as one line; `exit_code` defaults to 1."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.code = code
 
 
 class ServerError(CodecStreamError):
@@ -28,15 +36,11 @@ class ServerError(CodecStreamError):
 
 
 class InvalidRequest(ServerError):
-    """INVALID_ARGUMENT: the request is wrong (empty text, unknown voice, ...)."""
-
-
-class CodecMismatch(ServerError):
-    """FAILED_PRECONDITION: the server's codes do not fit the client's decoder."""
+    """INVALID_ARGUMENT: the request is wrong (empty text, unknown voice, a field over its limit, ...)."""
 
 
 class ResourceExhausted(ServerError):
-    """RESOURCE_EXHAUSTED: a server limit (concurrent streams, rate) was hit; retry later."""
+    """RESOURCE_EXHAUSTED: a server limit (concurrent streams, rate, message size) was hit; retry later."""
 
 
 class Unauthenticated(ServerError):
@@ -44,11 +48,24 @@ class Unauthenticated(ServerError):
 
 
 class Unavailable(ServerError):
-    """UNAVAILABLE: the server cannot be reached or is shutting down."""
+    """UNAVAILABLE: the server cannot be reached, its engine is (re)starting, or it is shutting down."""
 
 
-class StreamNotFound(ServerError):
-    """NOT_FOUND / OUT_OF_RANGE on Resume: the server no longer holds the stream or its chunks."""
+class DeadlineExceeded(ServerError):
+    """DEADLINE_EXCEEDED: the call's deadline (`timeout_s`) passed, or the server timed it out."""
+
+
+class ResumeFailed(ServerError):
+    """A lost stream could not be resumed: the server says why."""
+
+
+class StreamNotFound(ResumeFailed):
+    """NOT_FOUND on Resume: the server no longer holds the stream (expired, finished, or another
+    replica); start a new stream."""
+
+
+class ResumeOutOfRange(ResumeFailed):
+    """OUT_OF_RANGE on Resume: the server no longer keeps the chunks the client is missing."""
 
 
 class StreamEnded(CodecStreamError):
@@ -61,29 +78,32 @@ class StreamEnded(CodecStreamError):
 
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
-    grpc.StatusCode.FAILED_PRECONDITION: CodecMismatch,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.NOT_FOUND: StreamNotFound,
-    grpc.StatusCode.OUT_OF_RANGE: StreamNotFound,
+    grpc.StatusCode.OUT_OF_RANGE: ResumeOutOfRange,
 }
 
 
-def from_rpc_error(error: grpc.RpcError) -> ServerError:
+def from_rpc_error(error: grpc.RpcError) -> CodecStreamError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else str(error)
-    return _BY_CODE.get(code, ServerError)(code, details or "")
+    details = (error.details() if hasattr(error, "details") else str(error)) or ""
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return CodecMismatch(f"{code.name}: {details}", code)
+    return _BY_CODE.get(code, ServerError)(code, details)
 
 
 __all__ = [
     "CodecMismatch",
-    "CodecMismatchError",
     "CodecStreamError",
-    "CommandError",
+    "DeadlineExceeded",
     "InvalidRequest",
     "ProtocolError",
     "ResourceExhausted",
+    "ResumeFailed",
+    "ResumeOutOfRange",
     "ServerError",
     "StreamEnded",
     "StreamNotFound",

@@ -14,6 +14,7 @@ import statistics
 import threading
 
 import numpy as np
+from codecstream.protocol.decoding import SAMPLE_RATE_HZ
 
 #: Added to the measured need: scheduling noise of the audio callback and the decode thread.
 SAFETY_MARGIN_S = 0.02
@@ -30,7 +31,7 @@ class JitterStats:
 
 
 class JitterBuffer:
-    def __init__(self, sample_rate: int = 24_000, playout_delay_s: float | None = None) -> None:
+    def __init__(self, sample_rate: int = SAMPLE_RATE_HZ, playout_delay_s: float | None = None) -> None:
         self.sample_rate = sample_rate
         self._fixed_delay = playout_delay_s
         self._blocks: collections.deque[np.ndarray] = collections.deque()

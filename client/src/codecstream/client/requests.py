@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.v1 import codec_pb2
@@ -16,6 +17,41 @@ TASK_TYPES = {
     "base": pb.TASK_TYPE_BASE,
     "clone": pb.TASK_TYPE_BASE,
 }
+
+
+class StartOptions(TypedDict, total=False):
+    """The options of a synthesis request, as `stream_codes` and `synthesize` take them (both
+    clients): every one optional, names as in the OpenAI-style speech API and the contract's Start.
+
+    voice: a preset speaker (ListVoices); empty: the model's default voice.
+    language: e.g. "English"; empty or "Auto": detected.
+    instructions: style (CustomVoice) or the voice description (VoiceDesign).
+    task_type: "CustomVoice" (default), "VoiceDesign" or "Base" (voice clone).
+    reference_audio, reference_text: a WAV/FLAC/OGG file's bytes and what it says (Base).
+    seed, temperature, top_p, top_k, repetition_penalty: sampling.
+    max_frames: stop after this many frames (80 ms each); 0: the server's limit.
+    chunking: frames per chunk, e.g. [2, 4, 8, 16, 25] (the last repeats).
+    client_request_id: echoed in the Header and the server's log.
+    resumable: reattach after a lost connection (default True).
+    expected_codec: the CodecSpec of the decoder that will decode the codes.
+    """
+
+    voice: str
+    language: str
+    instructions: str
+    task_type: str
+    reference_audio: bytes
+    reference_text: str
+    seed: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    repetition_penalty: float | None
+    max_frames: int
+    chunking: Sequence[int] | ChunkSchedule | None
+    client_request_id: str
+    resumable: bool
+    expected_codec: codec_pb2.CodecSpec | None
 
 
 def build_start(

@@ -8,9 +8,10 @@ import sys
 import time
 
 from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
+from codecstream.client.command_error import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
-from codecstream.client.errors import CommandError
 from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.protocol.pcm import FRAME_SECONDS
 from codecstream.v1 import synthesis_pb2 as pb
 
 
@@ -62,7 +63,7 @@ def run_say(args: argparse.Namespace) -> int:
             while speaker and not buffer.finished:
                 time.sleep(0.02)
         except KeyboardInterrupt:
-            played = int(buffer.stats.played_s / 0.08) if speaker else stream.stats.frames
+            played = int(buffer.stats.played_s / FRAME_SECONDS) if speaker else stream.stats.frames
             buffer.clear()
             stream.cancel(played_frames=played)
             line.finish(f"cancelled after {stream.stats.audio_s:.1f} s of audio (server: {_reason(stream.end)})")

@@ -15,9 +15,10 @@ import time
 
 import numpy as np
 from codecstream.client.code_stream import AsyncCodeStream
-from codecstream.client.errors import CodecStreamError
+from codecstream.client.errors import CodecMismatch
+from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.protocol.codec_spec import spec_differences
-from codecstream.protocol.decoding import FrameDecoder
+from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
 from codecstream.protocol.reassembler import ReceivedChunk
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -26,10 +27,6 @@ FRAMING_BYTES_PER_MESSAGE = 14
 _DONE = object()
 #: A server that does not confirm a cancel within this long is dropped (the call is cancelled).
 CANCEL_TIMEOUT_S = 5.0
-
-
-class DecoderMismatch(CodecStreamError):
-    """The client's decoder cannot decode this stream (codec spec or weights digest differ)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +45,7 @@ class PcmChunk:
     decode_s: float
 
     def int16(self) -> np.ndarray:
-        return (np.clip(self.samples, -1.0, 1.0) * 32767.0).round().astype(np.int16)
+        return to_pcm16(self.samples)
 
 
 @dataclasses.dataclass
@@ -65,7 +62,7 @@ class AudioStreamStats:
 
     @property
     def audio_s(self) -> float:
-        return self.frames * 0.08
+        return self.frames * FRAME_SECONDS
 
     @property
     def decode_rtf(self) -> float:
@@ -78,9 +75,13 @@ class AudioStreamStats:
 
 
 class AsyncAudioStream:
-    """Async iterator of PcmChunk; `cancel()` stops the server, drops pending audio, resets the decoder."""
+    """Async iterator of PcmChunk; `cancel()` stops the server, drops pending audio, resets the decoder.
 
-    def __init__(self, codes: AsyncCodeStream, decoder: FrameDecoder, executor: concurrent.futures.Executor) -> None:
+    `decoder` is this stream's own (LoadedDecoder.new_stream()). Use the stream as an async context
+    manager to cancel it if the block is left before the stream ends.
+    """
+
+    def __init__(self, codes: AsyncCodeStream, decoder: LoadedDecoder, executor: concurrent.futures.Executor) -> None:
         self.codes = codes
         self.decoder = decoder
         self._executor = executor
@@ -88,6 +89,7 @@ class AsyncAudioStream:
         self._receiver: asyncio.Task | None = None
         self._started = 0.0
         self._opened = False
+        self._finished = False
         self.stats = AudioStreamStats()
 
     @property
@@ -105,10 +107,10 @@ class AsyncAudioStream:
         self._opened = True
         self._started = time.monotonic()
         header = await self.codes.open()
-        differences = spec_differences(header.codec, decoder_codec(self.decoder))
+        differences = spec_differences(header.codec, self.decoder.codec)
         if differences:
             await self.codes.cancel()
-            raise DecoderMismatch(f"the decoder does not match the stream's codec ({'; '.join(differences)})")
+            raise CodecMismatch(f"the decoder does not match the stream's codec ({'; '.join(differences)})")
         await self._in_worker(self.decoder.reset)
         if len(self.codes.reference_codes):
             await self._in_worker(self.decoder.prime, self.codes.reference_codes)
@@ -130,9 +132,12 @@ class AsyncAudioStream:
         return self
 
     async def __anext__(self) -> PcmChunk:
+        if self._finished:
+            raise StopAsyncIteration
         await self.open()
         item, arrived_s = await self._arrivals.get()
         if item is _DONE:
+            self._finished = True
             self.stats.resumes = self.codes.resumes
             raise StopAsyncIteration
         if isinstance(item, Exception):
@@ -160,6 +165,13 @@ class AsyncAudioStream:
         stats.arrival_times_s.append(arrived_s)
         stats.wire_bytes += chunk.message_bytes + FRAMING_BYTES_PER_MESSAGE
 
+    async def __aenter__(self) -> AsyncAudioStream:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._opened and self.codes.end is None:
+            await self.cancel(self.stats.frames)
+
     async def cancel(self, played_frames: int = 0) -> pb.End | None:
         """Barge-in: stop the server stream, discard undecoded chunks, reset the decoder."""
         if self._receiver is None:
@@ -177,13 +189,3 @@ class AsyncAudioStream:
         self._arrivals.put_nowait((_DONE, None))
         await self._in_worker(self.decoder.reset)
         return end
-
-
-def decoder_codec(decoder: FrameDecoder):
-    codec = getattr(decoder, "codec", None)
-    if codec is None:
-        raise DecoderMismatch(
-            f"{type(decoder).__name__} does not say which codec it decodes: "
-            "open it with codecstream.client.runtimes.open_decoder"
-        )
-    return codec

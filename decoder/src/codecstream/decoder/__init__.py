@@ -19,13 +19,6 @@ from codecstream.decoder.windowed import WindowedDecoder, WindowedDecoderModule
 MODES = ("stateful", "windowed", "windowed-plain", "full")
 
 
-def open_decoder(path, mode: str = "stateful") -> TorchFrameDecoder:
-    """Load `path` (a speech_tokenizer/ directory or a model root) and wrap it in the decoder for `mode`."""
-    if mode not in MODES:
-        raise ValueError(f"unknown decoding mode {mode!r}, expected one of {list(MODES)}")
-    return make_frame_decoder(load_decoder(path), mode)
-
-
 def make_frame_decoder(model: Qwen3TTSDecoder, mode: str = "stateful") -> TorchFrameDecoder:
     """Wrap an already loaded model: "stateful", "windowed" (conv-split), "windowed-plain" or "full"."""
     if mode == "stateful":
@@ -54,5 +47,4 @@ __all__ = [
     "decode_utterance",
     "load_decoder",
     "make_frame_decoder",
-    "open_decoder",
 ]

@@ -20,7 +20,7 @@ import argparse
 import pathlib
 
 from codecstream.client.cli import add_entry_point_commands
-from codecstream.client.errors import CommandError
+from codecstream.client.command_error import CommandError
 from codecstream.export.errors import ExportError
 from codecstream.export.exporter import (
     DEFAULT_MAX_CHUNK_FRAMES,

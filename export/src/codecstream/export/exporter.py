@@ -18,20 +18,23 @@ import warnings
 from importlib.metadata import version
 
 import numpy as np
-from codecstream.client.runtimes import installed, open_decoder, read_manifest
-from codecstream.client.runtimes.manifest import (
+from codecstream.client.runtimes import installed, open_decoder
+from codecstream.export.errors import ExportError
+from codecstream.export.metrics import json_number
+from codecstream.export.progress import Progress
+from codecstream.protocol.chunking import DEFAULT_RAMP, MAX_CHUNK_FRAMES
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.protocol.errors import ManifestError
+from codecstream.protocol.manifest import (
     ARTIFACT_FILES,
     MANIFEST_FILE,
     ArtifactFile,
     Manifest,
     file_sha256,
+    read_manifest,
     write_manifest,
 )
-from codecstream.export.errors import ExportError
-from codecstream.export.metrics import json_number, snr_db
-from codecstream.export.progress import Progress
-from codecstream.protocol.chunking import MAX_CHUNK_FRAMES
-from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.protocol.pcm import snr_db
 
 FORMATS = ("pt2", "pte", "onnx")
 MODES = ("stateful", "windowed")
@@ -43,10 +46,8 @@ REQUIREMENTS = {
     "pte": (("executorch", "torchao"), "executorch"),
     "onnx": (("onnx", "onnxscript", "onnxruntime"), "onnx"),
 }
-DEFAULT_MAX_CHUNK_FRAMES = 25
+DEFAULT_MAX_CHUNK_FRAMES = max(DEFAULT_RAMP)
 STAGES = 5
-#: The chunk ramp of the post-export check: every size up to the maximum gets exercised.
-CHECK_RAMP = (2, 4, 8, 16, 25)
 CHECK_FRAMES = 48
 
 
@@ -183,7 +184,7 @@ def _previous_manifest(out_dir: pathlib.Path) -> Manifest | None:
         return None
     try:
         return read_manifest(out_dir)
-    except Exception as error:
+    except ManifestError as error:
         raise ExportError(
             f"{out_dir} holds an unreadable {MANIFEST_FILE} ({error}); use an empty --out directory"
         ) from None
@@ -243,7 +244,7 @@ def _export_check(request: ExportRequest, model, out_dir: pathlib.Path) -> dict 
     )
     artifact = open_decoder(out_dir, backend=request.format, warm_up=False)  # it decodes right away anyway
     eager = make_frame_decoder(model, request.mode)
-    sizes = [min(size, request.max_chunk_frames) for size in CHECK_RAMP]
+    sizes = [min(size, request.max_chunk_frames) for size in DEFAULT_RAMP]  # the sizes streams use
     got, want = [], []
     start, index = 0, 0
     while start < len(codes):

@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from codecstream.client.runtimes.manifest import TensorSpec, WindowSpec
 from codecstream.decoder import Qwen3TTSDecoder, StatefulDecoderStep
 from codecstream.decoder.layers import CausalTransposedConv1d, DecoderBlock, SnakeBeta
+from codecstream.decoder.transformer import sliding_window_bias
+from codecstream.protocol.manifest import TensorSpec, WindowSpec
 from torch import nn
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
@@ -89,9 +90,10 @@ class WindowedGraph(nn.Module):
     def _transformer(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         transformer = self.model.pre_transformer
         cos, sin = transformer.rotary(positions)
-        query, key = positions.unsqueeze(-1), positions.unsqueeze(0)
-        allowed = ((key <= query) & (key > query - self.window) & (key >= 0)) | (key == query)
-        bias = torch.where(allowed, 0.0, float("-inf"))
+        bias = sliding_window_bias(positions, positions, self.window)
+        # A padding row (negative position) may see no key at all; letting it see itself keeps
+        # its softmax finite. Its output is zeroed afterwards.
+        bias = bias.masked_fill(positions.unsqueeze(-1) == positions.unsqueeze(0), 0.0)
         h = transformer.input_proj(x)
         for layer in transformer.layers:
             h = layer(h, cos, sin, bias)

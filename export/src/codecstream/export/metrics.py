@@ -5,25 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from codecstream.protocol.pcm import snr_db, to_pcm16
 
-PCM16_SCALE = 32767.0
-
-
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    """10·log10(signal energy / error energy) of `other` against `reference`; inf when identical."""
-    reference = reference.astype(np.float64)
-    noise = float(np.sum((reference - other.astype(np.float64)) ** 2))
-    signal = float(np.sum(reference**2))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def to_pcm16(samples: np.ndarray) -> np.ndarray:
-    """Float samples as 16-bit PCM, rounded the way the client writes WAV files."""
-    return (np.clip(samples, -1.0, 1.0) * PCM16_SCALE).round().astype(np.int16)
+__all__ = ["chunk_snrs", "json_number", "max_abs_error", "max_lsb_error"]
 
 
 def max_abs_error(reference: np.ndarray, other: np.ndarray) -> float:

@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 import numpy as np
-from codecstream.export.metrics import chunk_snrs, json_number, max_abs_error, max_lsb_error, snr_db
+from codecstream.export.metrics import chunk_snrs, json_number, max_abs_error, max_lsb_error
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import FrameDecoder
+from codecstream.protocol.pcm import snr_db
 
 
 @dataclasses.dataclass

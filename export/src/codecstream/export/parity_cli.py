@@ -14,12 +14,13 @@ import shlex
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
-from codecstream.client.errors import CommandError
+from codecstream.client.command_error import CommandError
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, decoder_parity
 from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
 from codecstream.protocol.codes_file import load_codes_file
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.protocol.digest import DigestError, decoder_digest
 from codecstream.protocol.errors import ProtocolError
 
@@ -152,7 +153,9 @@ def _codes(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray | None, dic
         return loaded.codes, loaded.reference_codes, source
     if args.frames < 1:
         raise ProtocolError(f"--frames {args.frames}: expected at least 1 frame")
-    codes = np.random.default_rng(args.seed).integers(0, 2048, size=(args.frames, 16), dtype=np.int16)
+    codes = np.random.default_rng(args.seed).integers(
+        0, CODEBOOK_SIZE, size=(args.frames, NUM_CODEBOOKS), dtype=np.int16
+    )
     return codes, None, {"source": "random", "seed": args.seed, "frames": args.frames, "reference_frames": 0}
 
 

@@ -19,8 +19,8 @@ import shlex
 
 import numpy as np
 from codecstream.client import Client
-from codecstream.client.commands import add_connection_arguments, request_options
-from codecstream.client.errors import CommandError
+from codecstream.client.command_error import CommandError
+from codecstream.client.commands import add_connection_arguments, add_request_arguments, request_options
 from codecstream.client.runtimes import BACKENDS, DecoderLoadError, open_decoder
 from codecstream.export.cli import EXIT_ERROR
 from codecstream.export.parity import ParityReport, reference_decode
@@ -38,18 +38,7 @@ def register_e2e(checks) -> None:
         description=__doc__.split("\n\n")[2].replace("\n", " "),
     )
     add_connection_arguments(parser)
-    parser.add_argument("--text", required=True, help="text to synthesize")
-    parser.add_argument("--voice", default="")
-    parser.add_argument("--language", default="")
-    parser.add_argument("--instructions", default="")
-    parser.add_argument("--task-type", default="CustomVoice", choices=["CustomVoice", "VoiceDesign", "Base"])
-    parser.add_argument("--reference-audio", type=pathlib.Path, help="WAV/FLAC to clone (task type Base)")
-    parser.add_argument("--reference-text", default="")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-frames", type=int, default=0)
-    parser.add_argument(
-        "--chunking", default=",".join(map(str, DEFAULT_RAMP)), help="chunk sizes the server should send"
-    )
+    add_request_arguments(parser, text_option=True, seed=0, chunking=DEFAULT_RAMP)
     parser.add_argument(
         "--decoder",
         type=pathlib.Path,
@@ -91,7 +80,7 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
             f"the stream carried no audio (End reason {pb.EndReason.Name(stream.end.reason)})", EXIT_ERROR
         )
     codes = np.concatenate([chunk.codes for chunk in chunks])
-    reference_codes = stream.codes.reference_codes
+    reference_codes = stream.reference_codes
     if args.save_codes:
         save_codes_file(args.save_codes, codes, reference_codes if args.save_codes.suffix == ".npz" else None)
     report = ParityReport(

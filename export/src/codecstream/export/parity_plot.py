@@ -6,8 +6,8 @@ import math
 import pathlib
 
 import numpy as np
-from codecstream.export.metrics import PCM16_SCALE
 from codecstream.export.parity import ParityReport
+from codecstream.protocol.pcm import PCM16_SCALE
 
 
 def plot_parity(report: ParityReport, path: pathlib.Path | str, title: str) -> None:

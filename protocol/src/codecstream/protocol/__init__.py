@@ -1,14 +1,14 @@
 """The codec-frame core of codecstream.v1: pure Python and numpy, shared by client and server."""
 
 from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
-from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, require_same_codec, spec_differences
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
 from codecstream.protocol.codes import pack_codes, unpack_codes, validate_codes
 from codecstream.protocol.codes_file import CodesFile, load_codes_file, save_codes_file
 from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.digest import DigestError, decoder_digest
 from codecstream.protocol.errors import (
     ChunkingError,
-    CodecMismatchError,
+    CodecStreamError,
     CodesError,
     ProtocolError,
     StreamOrderError,
@@ -19,7 +19,7 @@ __all__ = [
     "DEFAULT_RAMP",
     "ChunkSchedule",
     "ChunkingError",
-    "CodecMismatchError",
+    "CodecStreamError",
     "CodesError",
     "CodesFile",
     "DigestError",
@@ -32,7 +32,6 @@ __all__ = [
     "load_codes_file",
     "pack_codes",
     "qwen3_tts_12hz_spec",
-    "require_same_codec",
     "save_codes_file",
     "spec_differences",
     "unpack_codes",

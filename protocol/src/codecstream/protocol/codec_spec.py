@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
-from codecstream.protocol.errors import CodecMismatchError
 from codecstream.protocol.preview import preview
 from codecstream.v1 import codec_pb2
 
@@ -45,12 +44,3 @@ def spec_differences(expected: codec_pb2.CodecSpec, actual: codec_pb2.CodecSpec)
 
 def _quoted(value: str | int) -> str:
     return preview(value, _QUOTED_CHARS) if isinstance(value, str) else repr(value)
-
-
-def require_same_codec(
-    decoder: codec_pb2.CodecSpec, stream: codec_pb2.CodecSpec, decoder_name: str = "decoder"
-) -> None:
-    """Raise CodecMismatchError unless `decoder` can decode codes described by `stream`."""
-    differences = spec_differences(stream, decoder)
-    if differences:
-        raise CodecMismatchError(f"{decoder_name} does not match the stream's codec ({'; '.join(differences)})")

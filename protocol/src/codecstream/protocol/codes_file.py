@@ -12,13 +12,16 @@ import zipfile
 
 import numpy as np
 from codecstream.protocol.codes import validate_codes
+from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.protocol.errors import CodesError
 
 
 @dataclasses.dataclass(frozen=True)
 class CodesFile:
     codes: np.ndarray
-    reference_codes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 16), dtype=np.int16))
+    reference_codes: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
+    )
 
 
 def save_codes_file(path: pathlib.Path | str, codes: np.ndarray, reference_codes: np.ndarray | None = None) -> None:
@@ -52,7 +55,11 @@ def load_codes_file(path: pathlib.Path | str) -> CodesFile:
             if "codes" not in loaded.files:
                 raise CodesError(f"{path}: .npz codes file has no 'codes' array (has {sorted(loaded.files)})")
             codes = loaded["codes"]
-            reference = loaded["reference_codes"] if "reference_codes" in loaded.files else np.zeros((0, 16), np.int16)
+            reference = (
+                loaded["reference_codes"]
+                if "reference_codes" in loaded.files
+                else np.zeros((0, NUM_CODEBOOKS), np.int16)
+            )
     for name, array in (("codes", codes), ("reference_codes", reference)):
         try:
             validate_codes(array)

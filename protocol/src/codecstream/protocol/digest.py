@@ -13,12 +13,14 @@ import json
 import pathlib
 import struct
 
+from codecstream.protocol.errors import ProtocolError
+
 DECODER_PREFIX = "decoder."
 _READ_BLOCK = 1 << 22
 _MAX_HEADER_BYTES = 100 << 20
 
 
-class DigestError(ValueError):
+class DigestError(ProtocolError):
     """A checkpoint from which no decoder digest can be computed."""
 
 

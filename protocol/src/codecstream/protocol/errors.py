@@ -1,8 +1,16 @@
-"""Errors of the codec-frame core. Every message names what was wrong and what was expected."""
+"""Errors of codecstream. Every message names what was wrong and what was expected.
+
+`CodecStreamError` is the base of every error codecstream raises on purpose, client and protocol
+alike, so an application catches one type; it lives here, in the package every role installs.
+"""
 
 
-class ProtocolError(ValueError):
-    """Base class: data that does not follow the codecstream.v1 contract."""
+class CodecStreamError(Exception):
+    """Base class of every error codecstream raises on purpose."""
+
+
+class ProtocolError(CodecStreamError, ValueError):
+    """Data that does not follow the codecstream.v1 contract."""
 
 
 class CodesError(ProtocolError):
@@ -13,8 +21,9 @@ class StreamOrderError(ProtocolError):
     """Messages of a stream in an order the contract forbids (gaps, duplicates, data after End)."""
 
 
-class CodecMismatchError(ProtocolError):
-    """A decoder whose codec spec or weights digest does not match the stream's."""
+class ManifestError(ProtocolError):
+    """A decoder artifact directory whose manifest.json is missing or invalid, or whose files do not
+    match it (the client reports it as DecoderLoadError)."""
 
 
 class ChunkingError(ProtocolError):

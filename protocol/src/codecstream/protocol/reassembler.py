@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 from codecstream.protocol.codes import unpack_codes
+from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.protocol.errors import CodesError, StreamOrderError
 from codecstream.v1 import synthesis_pb2
 
@@ -38,7 +39,7 @@ class StreamReassembler:
     def __init__(self) -> None:
         self.header: synthesis_pb2.Header | None = None
         self.end: synthesis_pb2.End | None = None
-        self.reference_codes = np.zeros((0, 16), dtype=np.int16)
+        self.reference_codes = np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
         self.next_seq = 0
         self.next_frame = 0
         self._resuming = False

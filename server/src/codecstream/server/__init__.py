@@ -1,3 +1,8 @@
 """codecstream server: streams codec tokens of a talker-only Qwen3-TTS engine over gRPC."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the version lives once, in pyproject.toml
+    __version__ = version("codecstream-server")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"

@@ -73,9 +73,8 @@ class ReplayStream(CodeStream):
             await asyncio.sleep(0)
             return self._aborted.is_set()
         try:
-            async with asyncio.timeout(seconds):
-                await self._aborted.wait()
-        except TimeoutError:
+            await asyncio.wait_for(self._aborted.wait(), seconds)
+        except asyncio.TimeoutError:
             return False
         return True
 

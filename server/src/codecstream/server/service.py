@@ -157,13 +157,12 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     async def _first_message(self, requests) -> pb.SynthesizeRequest:
         timeout = self.limits.first_message_timeout_s
         try:
-            async with asyncio.timeout(timeout):
-                first = await anext(requests)
+            first = await asyncio.wait_for(anext(requests), timeout)
         except StopAsyncIteration:
             raise _Rejected(
                 "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
             ) from None
-        except TimeoutError:
+        except asyncio.TimeoutError:
             message = f"no Start or Resume within {timeout:g} s of opening the call"
             raise _Rejected("DEADLINE_EXCEEDED", message) from None
         if isinstance(first, UnreadableMessage):
@@ -173,9 +172,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     async def _write(self, context, response: pb.SynthesizeResponse) -> bool:
         """Send one message; False if the client read nothing for the stall timeout."""
         try:
-            async with asyncio.timeout(self.limits.stalled_client_timeout_s):
-                await context.write(response)
-        except TimeoutError:
+            await asyncio.wait_for(context.write(response), self.limits.stalled_client_timeout_s)
+        except asyncio.TimeoutError:  # TimeoutError itself only from Python 3.11 on
             return False
         return True
 

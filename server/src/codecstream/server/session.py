@@ -220,7 +220,7 @@ class StreamSession:
             await self._abort_generator()
         if self._task is None:
             return
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._task), STOP_WAIT_S)
         if not self._task.done():
             self._task.cancel()

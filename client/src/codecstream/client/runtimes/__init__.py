@@ -17,10 +17,11 @@ import pathlib
 from codecstream.client.runtimes.artifact import StatefulArtifactDecoder, WindowedArtifactDecoder
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.loaded import LoadedDecoder
-from codecstream.client.runtimes.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 from codecstream.client.runtimes.program import Program
 from codecstream.client.runtimes.torch_eager import EagerTorchDecoder, looks_like_checkpoint
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
+from codecstream.protocol.errors import ManifestError
+from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 
 BACKENDS = ("auto", "onnx", "pte", "pt2", "torch")
 #: Artifact formats in the order "auto" prefers them: ONNX Runtime needs no torch, and had the
@@ -80,7 +81,10 @@ def _open(source: str | pathlib.Path, backend: str, threads: int | None) -> Load
             f"{directory}: the torch backend needs a checkpoint directory (model.safetensors), "
             "not an artifact directory"
         )
-    manifest = read_manifest(directory)
+    try:
+        manifest = read_manifest(directory)
+    except ManifestError as error:
+        raise DecoderLoadError(str(error)) from None
     chosen = _choose_format(directory, manifest, backend)
     return _open_artifact(directory, manifest, chosen, threads)
 
@@ -115,7 +119,10 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
             f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} "
             f"({'; '.join(differences)})"
         )
-    path = verified_artifact_path(directory, manifest.artifacts[fmt])
+    try:
+        path = verified_artifact_path(directory, manifest.artifacts[fmt])
+    except ManifestError as error:
+        raise DecoderLoadError(str(error)) from None
     program = _load_program(fmt, path, manifest, threads)
     entry = manifest.artifacts[fmt]
     quantized = f", {entry.quantization}" if entry.quantization else ""
@@ -153,5 +160,4 @@ __all__ = [
     "Manifest",
     "installed",
     "open_decoder",
-    "read_manifest",
 ]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 from codecstream.client.runtimes.loaded import LoadedDecoder
-from codecstream.client.runtimes.manifest import Manifest
 from codecstream.client.runtimes.program import Program
+from codecstream.protocol.manifest import Manifest
 
 
 class StatefulArtifactDecoder(LoadedDecoder):

@@ -2,11 +2,16 @@
 
 Subclasses decode one chunk of at most `max_chunk_frames` frames; this class checks the codes and
 splits longer inputs, so callers may hand it any number of frames.
+
+A LoadedDecoder is one stream's decoder: the loaded weights and runtime plus that stream's state.
+`new_stream()` gives another stream its own state over the same weights and runtime, so any number
+of streams decode at once with one load; the runtimes are safe to call from several threads.
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 
 import numpy as np
 from codecstream.protocol.codes import validate_codes
@@ -44,6 +49,16 @@ class LoadedDecoder(FrameDecoder):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.description}>"
+
+    def new_stream(self) -> LoadedDecoder:
+        """A decoder for another stream: the same loaded weights and runtime, a fresh state of its own."""
+        other = copy.copy(self)
+        other._new_state()
+        return other
+
+    def _new_state(self) -> None:
+        """Give this (shallow) copy state objects of its own; by default `reset()` rebinds them all."""
+        self.reset()
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         codes = self._checked(codes)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+from codecstream.protocol.manifest import Manifest, TensorSpec
 
 _ONNX_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(bfloat16)": "bfloat16"}
 

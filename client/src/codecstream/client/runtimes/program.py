@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from codecstream.client.runtimes.errors import DecoderLoadError
-from codecstream.client.runtimes.manifest import Manifest, TensorSpec
+from codecstream.protocol.manifest import Manifest, TensorSpec
 
 
 class Program(abc.ABC):

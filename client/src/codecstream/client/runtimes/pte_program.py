@@ -2,19 +2,20 @@
 
 The ExecuTorch Python runtime takes and returns torch tensors, so this backend needs torch. Its
 outputs live in the program's planned memory and are overwritten by the next call: `run` copies
-them out.
+them out, and runs one call at a time (streams sharing the program share that memory).
 """
 
 from __future__ import annotations
 
 import pathlib
+import threading
 from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
 
 import numpy as np
-from codecstream.client.runtimes.manifest import Manifest, TensorSpec
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+from codecstream.protocol.manifest import Manifest, TensorSpec
 
 # ExecuTorch ScalarType codes reported by TensorInfo.dtype().
 _SCALAR_TYPES = {4: "int64", 6: "float32", 15: "bfloat16"}
@@ -46,9 +47,11 @@ class PteProgram(Program):
             ]
             check_signature(str(path), kind, specs, actual, bounds)
         self.runtime = f"executorch {version('executorch')} (XNNPACK)"
+        self._one_call_at_a_time = threading.Lock()
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        return [output.clone() for output in self._method.execute(list(inputs))]
+        with self._one_call_at_a_time:
+            return [output.clone() for output in self._method.execute(list(inputs))]
 
     def tensor(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))

@@ -14,8 +14,9 @@ from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.program import missing_runtime
 from codecstream.protocol.chunking import MAX_CHUNK_FRAMES
-from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
 from codecstream.protocol.digest import DigestError, decoder_digest
+from codecstream.v1 import codec_pb2
 
 
 def looks_like_checkpoint(directory: pathlib.Path) -> bool:
@@ -41,18 +42,14 @@ class EagerTorchDecoder(LoadedDecoder):
             raise DecoderLoadError(str(error)) from None
         codec = qwen3_tts_12hz_spec(digest)
         config = model.config
-        found = {
-            "num_codebooks": config.num_quantizers,
-            "codebook_size": config.codebook_size,
-            "sample_rate_hz": config.sample_rate,
-            "samples_per_frame": config.samples_per_frame,
-            "decoder_left_context_frames": config.sliding_window,
-        }
-        differences = [
-            f"{name} {value} (expected {getattr(codec, name)})"
-            for name, value in found.items()
-            if value != getattr(codec, name)
-        ]
+        found = codec_pb2.CodecSpec()
+        found.CopyFrom(codec)
+        found.num_codebooks = config.num_quantizers
+        found.codebook_size = config.codebook_size
+        found.sample_rate_hz = config.sample_rate
+        found.samples_per_frame = config.samples_per_frame
+        found.decoder_left_context_frames = config.sliding_window
+        differences = spec_differences(codec, found)
         if differences:
             raise DecoderLoadError(
                 f"{directory}: codec mismatch: not a {codec.codec_name} {codec.codec_version} decoder: "
@@ -73,7 +70,12 @@ class EagerTorchDecoder(LoadedDecoder):
             def codes_tensor(self, codes):
                 return super().codes_tensor(codes).to(device)
 
-        self._decoder = OnDevice(model.to(device))
+        self._model = model.to(device)
+        self._decoder = OnDevice(self._model)
+
+    def _new_state(self) -> None:
+        # StatefulDecoder holds its state: another stream needs another one over the same model.
+        self._decoder = type(self._decoder)(self._model)
 
     def reset(self) -> None:
         self._decoder.reset()

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
+from codecstream.protocol.codes import validate_codes
+from codecstream.protocol.decoding import NUM_CODEBOOKS
+from codecstream.protocol.errors import CodesError
 from codecstream.protocol.preview import preview
 from codecstream.server.checkpoint_info import AUTO_LANGUAGE, read_checkpoint_info, resolve_model_dir
 from codecstream.server.reference_audio import silent_wav
@@ -432,12 +434,10 @@ def _row_count(part: Any) -> int:
 def _as_frames(tensor: Any) -> np.ndarray:
     array = tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
     array = array.reshape(-1, NUM_CODEBOOKS)
-    if array.size and (array.min() < 0 or array.max() >= CODEBOOK_SIZE):
-        bad = np.argwhere((array < 0) | (array >= CODEBOOK_SIZE))[0]
-        raise GenerationFailed(
-            f"talker produced an out-of-range code: row {bad[0]} codebook {bad[1]} has "
-            f"{array[bad[0], bad[1]]}, codebook size is {CODEBOOK_SIZE}"
-        )
+    try:
+        validate_codes(array)
+    except CodesError as error:
+        raise GenerationFailed(f"talker produced bad codes: {error}") from None
     return array.astype(np.int16)
 
 

@@ -3,7 +3,8 @@
 One directory holds artifacts of one decoder graph (one codec and weights digest, one mode, one
 dtype, one signature) in one or more formats (`decoder.onnx`, `decoder.pte`, `decoder.pt2`); the
 manifest describes the graph once and each file with its sha256, size, runtime and the versions it
-was exported with. The client reads it without torch and checks a file's sha256 before loading it.
+was exported with. The schema lives here, beside the contract, because two roles share it: the
+exporter writes it and the client reads it (without torch), checking a file's sha256 before loading it.
 
     {
       "manifest_version": 1,
@@ -27,8 +28,8 @@ import json
 import pathlib
 from typing import Any
 
-from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.codec_spec import CODEC_SPEC_FIELDS
+from codecstream.protocol.errors import ManifestError
 from codecstream.v1 import codec_pb2
 
 MANIFEST_FILE = "manifest.json"
@@ -154,7 +155,7 @@ class Manifest:
     def from_json(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
         version = data.get("manifest_version")
         if version != MANIFEST_VERSION:
-            raise DecoderLoadError(
+            raise ManifestError(
                 f"{where}: manifest_version is {version!r}, this client reads version {MANIFEST_VERSION}"
             )
         try:
@@ -174,36 +175,34 @@ class Manifest:
                 exporter=data.get("exporter", {}),
             )
         except (KeyError, TypeError, ValueError) as error:
-            raise DecoderLoadError(f"{where}: not a valid decoder manifest (missing or malformed {error})") from None
+            raise ManifestError(f"{where}: not a valid decoder manifest (missing or malformed {error})") from None
         if manifest.mode not in MODES:
-            raise DecoderLoadError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(MODES)}")
+            raise ManifestError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(MODES)}")
         if manifest.mode == "windowed" and manifest.window is None:
-            raise DecoderLoadError(f"{where}: a windowed manifest needs a 'window' entry")
+            raise ManifestError(f"{where}: a windowed manifest needs a 'window' entry")
         unknown = sorted(set(manifest.artifacts) - set(FORMATS))
         if unknown:
-            raise DecoderLoadError(
-                f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}"
-            )
+            raise ManifestError(f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}")
         return manifest
 
 
 def read_manifest(directory: pathlib.Path | str) -> Manifest:
-    """Read `directory/manifest.json`; DecoderLoadError says precisely what is missing or wrong."""
+    """Read `directory/manifest.json`; ManifestError says precisely what is missing or wrong."""
     directory = pathlib.Path(directory)
     path = directory / MANIFEST_FILE
     if not directory.is_dir():
-        raise DecoderLoadError(f"{directory}: no such directory")
+        raise ManifestError(f"{directory}: no such directory")
     if not path.is_file():
-        raise DecoderLoadError(
+        raise ManifestError(
             f"{directory} has no {MANIFEST_FILE}: not a decoder artifact directory "
             "(create one with `codecstream export-decoder`)"
         )
     try:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DecoderLoadError(f"{path}: not valid JSON ({error})") from None
+        raise ManifestError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict):
-        raise DecoderLoadError(f"{path}: expected a JSON object")
+        raise ManifestError(f"{path}: expected a JSON object")
     return Manifest.from_json(data, str(path))
 
 
@@ -226,10 +225,10 @@ def verified_artifact_path(directory: pathlib.Path | str, entry: ArtifactFile) -
     """The path of `entry`'s file after checking that its bytes are the ones the manifest names."""
     path = pathlib.Path(directory) / entry.file
     if not path.is_file():
-        raise DecoderLoadError(f"{path}: listed in {MANIFEST_FILE} but missing")
+        raise ManifestError(f"{path}: listed in {MANIFEST_FILE} but missing")
     actual = file_sha256(path)
     if actual != entry.sha256:
-        raise DecoderLoadError(
+        raise ManifestError(
             f"{path}: sha256 mismatch: {MANIFEST_FILE} says {entry.sha256}, the file has {actual} "
             "(modified or truncated after export; export it again)"
         )
