@@ -3,9 +3,13 @@
 Part `grpc` (replay source, so the engine is not the limit): what the gRPC layer adds per chunk,
 from the moment a chunk's last frame is generated to the moment the client has parsed it, and how
 many concurrent streams one server process holds at the codec's real-time pace of 12.5 frames/s.
-Part `engine`: time to first frame and per-step cadence of the real vLLM-Omni talker on this CPU.
+Part `balancer`: the same streams over 3 replay replicas, once straight to the replicas (spread
+evenly) and once through codecstream-balancer (nginx), alternating, in one run: what the balancer
+adds per chunk. Part `engine`: time to first frame and per-step cadence of the real vLLM-Omni
+talker on this CPU.
 
     .venv/bin/python benchmarks/server_bench.py grpc --streams 1,100,500,1000
+    .venv/bin/python benchmarks/server_bench.py balancer --streams 1000
     .venv/bin/python benchmarks/server_bench.py engine --preset tiny
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -81,6 +86,10 @@ class ReplayServerProcess:
             time.sleep(0.05)
         self.target = f"127.0.0.1:{port_file.read_text()}"
 
+    @property
+    def address(self) -> str:
+        return self.target
+
     def cpu_seconds(self) -> float:
         fields = pathlib.Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -108,8 +117,11 @@ async def one_stream(client: AsyncClient, chunking: list[int], record: dict) -> 
     record["ended"] += 1
 
 
-async def run_concurrent(target: str, streams: int, chunking: list[int], channels: int) -> dict:
-    clients = [AsyncClient(target) for _ in range(channels)]
+async def run_concurrent(target: str | list[str], streams: int, chunking: list[int], channels: int) -> dict:
+    """`streams` streams over `channels` client connections; a list of targets is spread over evenly."""
+    targets = [target] if isinstance(target, str) else target
+    clients = [AsyncClient(targets[i % len(targets)]) for i in range(max(channels, len(targets)))]
+    channels = len(clients)
     record = {"overhead_s": [], "server_queue_s": [], "lateness_s": [], "frames": 0, "ended": 0}
     try:
         await asyncio.gather(*(one_stream(clients[i % channels], chunking, record) for i in range(streams)))
@@ -159,6 +171,126 @@ def bench_grpc(args: argparse.Namespace) -> dict:
         "chunking": args.chunking,
         "runs": results,
     }
+
+
+class BalancerProcess:
+    """codecstream-balancer (nginx) in front of `replicas`, as an operator runs it."""
+
+    def __init__(self, replicas: list[ReplayServerProcess]) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.target = f"127.0.0.1:{probe.getsockname()[1]}"
+        self._folder = tempfile.TemporaryDirectory()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "codecstream.server.balancer", "--listen", self.target,
+             "--runtime-dir", self._folder.name,
+             *(f"--replica=r{i}={replica.address}" for i, replica in enumerate(replicas))],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        for line in self.process.stdout:
+            if "listening on" in line:
+                break
+        else:
+            raise RuntimeError("codecstream-balancer did not start")
+
+    def nginx_cpu_seconds(self) -> float:
+        total = 0.0
+        for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                text = stat.read_text()
+                if "(nginx)" in text:
+                    fields = text.rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    def close(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+        self._folder.cleanup()
+
+
+def bench_balancer(args: argparse.Namespace) -> dict:
+    """Direct and balanced runs alternate on the same replicas, so both see the same machine."""
+    results = {"direct": [], "balancer": []}
+    for streams in args.streams:
+        replicas = [ReplayServerProcess(args.frames, 12.5, max_streams=streams) for _ in range(3)]
+        balancer = BalancerProcess(replicas)
+        try:
+            for repeat in range(args.repeats):
+                for path in ("direct", "balancer"):
+                    target = [r.target for r in replicas] if path == "direct" else balancer.target
+                    nginx_before, wall_before = balancer.nginx_cpu_seconds(), time.monotonic()
+                    record = asyncio.run(run_concurrent(target, streams, args.chunking, max(3, streams // 100)))
+                    wall = time.monotonic() - wall_before
+                    entry = {
+                        "streams": streams,
+                        "repeat": repeat,
+                        "completed": record["ended"],
+                        "chunks": len(record["overhead_s"]),
+                        "wall_s": wall,
+                        "overhead_ms": {k: v * 1000 for k, v in percentiles(record["overhead_s"]).items()},
+                        "lateness_ms": {k: v * 1000 for k, v in percentiles(record["lateness_s"]).items()},
+                    }
+                    if path == "balancer":
+                        entry["nginx_cpu_cores"] = (balancer.nginx_cpu_seconds() - nginx_before) / wall
+                    results[path].append(entry)
+                    print(
+                        f"{path:8s} {streams:5d} streams (repeat {repeat}): completed {entry['completed']}, "
+                        f"overhead p50 {entry['overhead_ms']['p50']:.2f} ms p99 {entry['overhead_ms']['p99']:.2f} ms, "
+                        f"lateness p99 {entry['lateness_ms']['p99']:.1f} ms",
+                        flush=True,
+                    )
+        finally:
+            balancer.close()
+            for replica in replicas:
+                replica.close()
+    added = {}
+    for streams in args.streams:
+        direct = [r for r in results["direct"] if r["streams"] == streams]
+        balanced = [r for r in results["balancer"] if r["streams"] == streams]
+        added[str(streams)] = {
+            key: float(np.median([b["overhead_ms"][key] for b in balanced]))
+            - float(np.median([d["overhead_ms"][key] for d in direct]))
+            for key in ("p50", "p99")
+        }
+    nginx_version = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    return {
+        "part": "balancer",
+        "machine": machine(),
+        "replicas": 3,
+        "balancer": f"codecstream-balancer: {nginx_version}",
+        "frames_per_stream": args.frames,
+        "chunking": args.chunking,
+        "runs": results,
+        "added_by_balancer_ms": added,
+    }
+
+
+def plot_balancer(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted({run["streams"] for run in report["runs"]["direct"]})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, key in zip(axes, ("p50", "p99"), strict=True):
+        for offset, name in ((-0.2, "direct"), (0.2, "balancer")):
+            values = [
+                [run["overhead_ms"][key] for run in report["runs"][name] if run["streams"] == count] for count in counts
+            ]
+            axis.bar(np.arange(len(counts)) + offset, [np.median(v) for v in values], 0.4, label=name)
+            for x, v in enumerate(values):  # every repeat, so the spread is visible
+                axis.plot([x + offset] * len(v), v, "k.", markersize=4)
+        axis.set_xticks(np.arange(len(counts)), [f"{count} streams" for count in counts])
+        axis.set_ylabel(f"per-chunk generation→parsed {key} (ms)")
+        axis.legend()
+    machine_text = f"{report['machine']['cpu']}, {report['machine']['cores']} cores"
+    fig.suptitle(f"3 replay replicas: direct vs through nginx ({machine_text})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def plot_grpc(report: dict, path: pathlib.Path) -> None:
@@ -269,6 +401,12 @@ def main() -> int:
     grpc_part.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s of audio)")
     grpc_part.add_argument("--chunking", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8, 16, 25])
     grpc_part.add_argument("--out", type=pathlib.Path, default=RESULTS / "server_grpc.json")
+    balancer_part = sub.add_parser("balancer", help="per-chunk latency nginx adds, 3 replicas, same run")
+    balancer_part.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1000])
+    balancer_part.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s of audio)")
+    balancer_part.add_argument("--repeats", type=int, default=2, help="direct/balancer pairs per stream count")
+    balancer_part.add_argument("--chunking", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8, 16, 25])
+    balancer_part.add_argument("--out", type=pathlib.Path, default=RESULTS / "server_balancer.json")
     engine_part = sub.add_parser("engine", help="time to first frame and step cadence of the real talker (CPU)")
     engine_part.add_argument("--preset", choices=["tiny", "0.6b"], default="tiny")
     engine_part.add_argument("--checkpoint", type=pathlib.Path, help="use this checkpoint instead of a random one")
@@ -284,9 +422,9 @@ def main() -> int:
         out.write_text(json.dumps(bench_engine(args), indent=1) + "\n")
         print(f"wrote {out}")
         return 0
-    report = bench_grpc(args)
+    report = bench_balancer(args) if args.part == "balancer" else bench_grpc(args)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    plot_grpc(report, args.out.with_suffix(".png"))
+    (plot_balancer if args.part == "balancer" else plot_grpc)(report, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
 

@@ -69,6 +69,9 @@ class ServerOptions:
     restart_policy: RestartPolicy = dataclasses.field(default_factory=RestartPolicy)
     #: On shutdown, running streams get this long to finish before End(ERROR).
     shutdown_grace_s: float = 10.0
+    #: On shutdown, health answers NOT_SERVING this long while new streams are still taken, so
+    #: balancers that watch health move new streams away before the port closes.
+    drain_delay_s: float = 0.0
 
 
 class CodecStreamServer:
@@ -188,16 +191,30 @@ class CodecStreamServer:
         return self._metrics_http.server_port if self._metrics_http else None
 
     async def stop(self, grace_s: float | None = None) -> None:
-        """Graceful shutdown: NOT_SERVING, drain streams (End(ERROR) after the grace), close the
-        transport, and always release the source."""
+        """Graceful shutdown, and always release the source: health NOT_SERVING; after the drain
+        delay, stop listening (new connections are refused, so a balancer that picks a replica per
+        connection attempt moves on at once) while running streams finish for `grace_s`, then end
+        the rest with End(ERROR)."""
         grace_s = self.options.shutdown_grace_s if grace_s is None else grace_s
         try:
             if self.health is not None:
                 await self.health.enter_graceful_shutdown()
-            await self.service.drain(grace_s)
-            await self._close_transport(grace_s=1.0)
+            if self.options.drain_delay_s > 0:
+                await asyncio.sleep(self.options.drain_delay_s)
+            # One second beyond the grace: the drain's End(ERROR) goes out before the transport
+            # cancels what is left.
+            listening = asyncio.create_task(self._stop_listening(grace_s + 1.0))
+            try:
+                await self.service.drain(grace_s)
+            finally:
+                await listening
+            await self._close_transport(grace_s=0)
         finally:
             await self.supervisor.stop()
+
+    async def _stop_listening(self, grace_s: float) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=grace_s)
 
     async def _close_transport(self, grace_s: float) -> None:
         if self._lag_monitor is not None:

@@ -101,7 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunking", default=",".join(map(str, ChunkSchedule().sizes)), help="default chunk sizes, e.g. 2,4,8,16,25"
     )
-    parser.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS")
+    parser.add_argument(
+        "--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="running streams' time to finish"
+    )
+    parser.add_argument(
+        "--drain-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM, answer NOT_SERVING but keep taking new streams this long (behind a balancer)",
+    )
     parser.add_argument("--port-file", type=pathlib.Path, help="write the bound port here once serving (for scripts)")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -136,6 +145,8 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         raise StartupError(str(error)) from None
     if bool(args.tls_cert) != bool(args.tls_key):
         raise StartupError("TLS needs both --tls-cert and --tls-key")
+    if not 0 <= args.drain_delay <= 300 or args.shutdown_grace < 0:
+        raise StartupError("--drain-delay must be 0-300 s and --shutdown-grace at least 0")
     if args.engine_restarts < 0:
         raise StartupError(f"--engine-restarts must be >= 0, got {args.engine_restarts}")
     limits = ServerLimits(
@@ -160,6 +171,7 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         keepalive=Keepalive(time_s=args.keepalive),
         restart_policy=RestartPolicy(max_attempts=args.engine_restarts),
         shutdown_grace_s=args.shutdown_grace,
+        drain_delay_s=args.drain_delay,
     )
 
 
