@@ -98,6 +98,31 @@ def build() -> dict:
                 for i, c in enumerate(chunks)
             ),
             entry("end_eos", end),
+            entry("start_streaming_text", pb.SynthesizeRequest(start=pb.Start(text="Hello", streaming_text=True))),
+            entry("text_input_piece", pb.SynthesizeRequest(text=pb.TextInput(text=" there."))),
+            entry("text_input_flush", pb.SynthesizeRequest(text=pb.TextInput(flush=True))),
+            entry("text_input_end_of_input", pb.SynthesizeRequest(text=pb.TextInput(text=" Bye.", end_of_input=True))),
+            entry(
+                "chunk_with_text_span",
+                pb.SynthesizeResponse(
+                    chunk=pb.Chunk(
+                        seq=0, first_frame=0, num_frames=2, codes=pack_codes(codes_for(0, 2)), text_start=0, text_end=12
+                    )
+                ),
+                frames=codes_for(0, 2).tolist(),
+                text="Hello there.",
+            ),
+            entry(
+                "end_cancelled_with_text_offset",
+                pb.SynthesizeResponse(
+                    end=pb.End(
+                        reason=pb.END_REASON_CANCELLED,
+                        frames_generated=9,
+                        stats=pb.StreamStats(chunks=3, played_frames=6),
+                        text_offset_played=12,
+                    )
+                ),
+            ),
         ],
         "streams": [
             {

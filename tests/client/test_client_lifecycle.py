@@ -140,7 +140,7 @@ def test_two_concurrent_streams_on_one_decoder_play_what_they_play_alone(replay_
 
 
 def test_both_clients_take_the_same_documented_keyword_options():
-    for name in ("stream_codes", "synthesize"):
+    for name in ("stream_codes", "synthesize", "stream_text"):
         blocking = inspect.signature(getattr(Client, name)).parameters
         asynchronous = inspect.signature(getattr(AsyncClient, name)).parameters
         assert list(blocking) == list(asynchronous), name

@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream
+from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, TextStream
 from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import (
     CodecMismatch,
@@ -20,6 +20,8 @@ from codecstream.client.errors import (
 )
 from codecstream.client.requests import StartOptions
 from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
+from codecstream.client.text_stream import AsyncTextStream
+from codecstream.protocol.text_timing import WordTiming
 
 try:  # the version lives once, in pyproject.toml
     __version__ = version("codecstream-client")
@@ -30,6 +32,7 @@ __all__ = [
     "AsyncAudioStream",
     "AsyncClient",
     "AsyncCodeStream",
+    "AsyncTextStream",
     "AudioStream",
     "AudioStreamStats",
     "Client",
@@ -46,6 +49,8 @@ __all__ = [
     "StartOptions",
     "StreamEnded",
     "StreamNotFound",
+    "TextStream",
     "Unauthenticated",
     "Unavailable",
+    "WordTiming",
 ]

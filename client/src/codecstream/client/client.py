@@ -17,8 +17,10 @@ from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import StartOptions, build_start
 from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
+from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.reassembler import ReceivedChunk
+from codecstream.protocol.text_timing import WordTiming
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -126,6 +128,28 @@ class AsyncClient:
         options.setdefault("expected_codec", decoder.codec)
         codes = self.stream_codes(text, timeout_s=timeout_s, **options)
         return AsyncAudioStream(codes, decoder.new_stream(), self._decode_thread)
+
+    def stream_text(
+        self,
+        text: str = "",
+        *,
+        decoder: FrameDecoder | str | pathlib.Path,
+        backend: str = "auto",
+        timeout_s: float | None = None,
+        **options: Unpack[StartOptions],
+    ) -> AsyncTextStream:
+        """Speech for text that arrives in pieces: `text` is the first piece (may be empty), then
+        push_text / flush / end_input on the result; iterate it for PcmChunks with their text
+        spans. Options as for synthesize (CustomVoice and VoiceDesign; never resumable)."""
+        decoder = shared_decoder(decoder, backend)
+        options.setdefault("expected_codec", decoder.codec)
+        options["resumable"] = False  # text sent while disconnected would be lost
+        start = build_start(text, **options)
+        start.streaming_text = True
+        codes = AsyncCodeStream(
+            self._stub, start, self._metadata, resume_timeout_s=self._resume_timeout_s, timeout_s=timeout_s
+        )
+        return AsyncTextStream(codes, decoder.new_stream(), self._decode_thread)
 
 
 class _LoopThread:
@@ -262,6 +286,39 @@ class AudioStream(_BlockingStream):
         return self._stream.codes.reference_codes
 
 
+class TextStream(AudioStream):
+    """Blocking twin of AsyncTextStream: push_text / flush / end_input, iterate for PcmChunks."""
+
+    def push_text(self, text: str) -> None:
+        self._loop.run(_call(self._stream.push_text, text))
+
+    def flush(self) -> None:
+        self._loop.run(_call(self._stream.flush))
+
+    def end_input(self) -> None:
+        self._loop.run(_call(self._stream.end_input))
+
+    @property
+    def text(self) -> str:
+        return self._stream.text
+
+    def word_timestamps(self) -> list[WordTiming]:
+        return self._stream.word_timestamps()
+
+    @property
+    def text_offset_played(self) -> int | None:
+        return self._stream.text_offset_played
+
+    @property
+    def heard_text(self) -> str | None:
+        return self._stream.heard_text
+
+
+async def _call(function, *args):
+    """Run `function` on the client's loop (the stream's queues belong to it)."""
+    return function(*args)
+
+
 class Client:
     """Blocking client with the methods of AsyncClient (and its constructor's options).
 
@@ -328,3 +385,19 @@ class Client:
         """Blocking twin of AsyncClient.synthesize: iterate for PcmChunks."""
         stream = self._async.synthesize(text, decoder=decoder, backend=backend, timeout_s=timeout_s, **options)
         return AudioStream(stream, self._loop)
+
+    def stream_text(
+        self,
+        text: str = "",
+        *,
+        decoder: FrameDecoder | str | pathlib.Path,
+        backend: str = "auto",
+        timeout_s: float | None = None,
+        **options: Unpack[StartOptions],
+    ) -> TextStream:
+        """Blocking twin of AsyncClient.stream_text."""
+
+        async def make() -> AsyncTextStream:
+            return self._async.stream_text(text, decoder=decoder, backend=backend, timeout_s=timeout_s, **options)
+
+        return TextStream(self._loop.run(make()), self._loop)

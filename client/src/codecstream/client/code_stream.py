@@ -76,6 +76,11 @@ class AsyncCodeStream:
         return self._reassembler.end
 
     @property
+    def start_text(self) -> str:
+        """Start.text: the text, or for streaming_text its first piece."""
+        return self._start.text
+
+    @property
     def stream_id(self) -> str:
         return self.header.stream_id if self.header else ""
 
@@ -231,6 +236,13 @@ class AsyncCodeStream:
         """Tell the server chunks up to `seq` are decoded (they need not be kept for resume)."""
         if self._call is not None and self.end is None:
             self._requests.put_nowait(pb.SynthesizeRequest(ack=pb.Ack(seq=seq)))
+
+    def send_text(self, text: str = "", *, flush: bool = False, end_of_input: bool = False) -> None:
+        """Send a TextInput (streaming_text streams); queued until the call is open."""
+        if self.end is None:
+            self._requests.put_nowait(
+                pb.SynthesizeRequest(text=pb.TextInput(text=text, flush=flush, end_of_input=end_of_input))
+            )
 
     def request_cancel(self, played_frames: int = 0) -> None:
         """Ask the server to stop; whoever is iterating the stream sees its End(CANCELLED)."""

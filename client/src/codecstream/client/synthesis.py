@@ -43,6 +43,10 @@ class PcmChunk:
     arrived_s: float
     decoded_s: float
     decode_s: float
+    #: Characters [text_start, text_end) of the text these frames speak: the segment the talker
+    #: was conditioned on (the whole text unless it was streamed), not a forced alignment.
+    text_start: int = 0
+    text_end: int = 0
 
     def int16(self) -> np.ndarray:
         return to_pcm16(self.samples)
@@ -150,7 +154,16 @@ class AsyncAudioStream:
         self.codes.ack(chunk.seq)
         self._account(chunk, arrived_s, decoded_s, decode_s)
         return PcmChunk(
-            chunk.seq, chunk.first_frame, chunk.num_frames, samples, chunk.codes, arrived_s, decoded_s, decode_s
+            chunk.seq,
+            chunk.first_frame,
+            chunk.num_frames,
+            samples,
+            chunk.codes,
+            arrived_s,
+            decoded_s,
+            decode_s,
+            chunk.text_start,
+            chunk.text_end,
         )
 
     def _account(self, chunk: ReceivedChunk, arrived_s: float, decoded_s: float, decode_s: float) -> None:

@@ -27,6 +27,9 @@ class ReceivedChunk:
     sent_at_us: int
     #: Serialized size of the SynthesizeResponse that carried it (for bytes-on-the-wire accounting).
     message_bytes: int = 0
+    #: Characters [text_start, text_end) of the text the frames speak (Chunk.text_start/text_end).
+    text_start: int = 0
+    text_end: int = 0
 
     @property
     def num_frames(self) -> int:
@@ -116,6 +119,10 @@ class StreamReassembler:
             )
         if chunk.num_frames < 1:
             raise StreamOrderError(f"chunk seq {chunk.seq} has {chunk.num_frames} frames, expected >= 1")
+        if chunk.text_end < chunk.text_start:
+            raise StreamOrderError(
+                f"chunk seq {chunk.seq} has text span [{chunk.text_start}, {chunk.text_end}): end before start"
+            )
         codec = self.header.codec
         try:
             codes = unpack_codes(chunk.codes, chunk.num_frames, codec.num_codebooks, codec.codebook_size)
@@ -123,7 +130,15 @@ class StreamReassembler:
             raise CodesError(f"chunk seq {chunk.seq}: {error}") from None
         self.next_seq += 1
         self.next_frame += chunk.num_frames
-        return ReceivedChunk(chunk.seq, chunk.first_frame, codes, chunk.generated_at_us, chunk.sent_at_us)
+        return ReceivedChunk(
+            chunk.seq,
+            chunk.first_frame,
+            codes,
+            chunk.generated_at_us,
+            chunk.sent_at_us,
+            text_start=chunk.text_start,
+            text_end=chunk.text_end,
+        )
 
     def _accept_end(self, end: synthesis_pb2.End) -> None:
         if self._resuming:

@@ -26,53 +26,55 @@ from codecstream.v1 import codec_pb2 as codecstream_dot_v1_dot_codec__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63odecstream/v1/synthesis.proto\x12\x0e\x63odecstream.v1\x1a\x1a\x63odecstream/v1/codec.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x01\n\x11SynthesizeRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.codecstream.v1.StartH\x00\x12(\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x16.codecstream.v1.CancelH\x00\x12\"\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x13.codecstream.v1.AckH\x00\x12(\n\x06resume\x18\x04 \x01(\x0b\x32\x16.codecstream.v1.ResumeH\x00\x42\x06\n\x04kind\"\xa7\x03\n\x05Start\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\x12+\n\ttask_type\x18\x05 \x01(\x0e\x32\x18.codecstream.v1.TaskType\x12\x37\n\x0freference_audio\x18\x06 \x01(\x0b\x32\x1e.codecstream.v1.ReferenceAudio\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x30\n\x08sampling\x18\x08 \x01(\x0b\x32\x1e.codecstream.v1.SamplingParams\x12\x12\n\nmax_frames\x18\t \x01(\r\x12\x30\n\x08\x63hunking\x18\n \x01(\x0b\x32\x1e.codecstream.v1.ChunkingPolicy\x12\x19\n\x11\x63lient_request_id\x18\x0b \x01(\t\x12\x31\n\x0e\x65xpected_codec\x18\x0c \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\x11\n\tresumable\x18\r \x01(\x08\x42\x07\n\x05_seed\"3\n\x0eReferenceAudio\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x12\n\ntranscript\x18\x02 \x01(\t\"\xae\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x04 \x01(\x02H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penalty\"A\n\x0e\x43hunkingPolicy\x12\x1a\n\x12\x66irst_chunk_frames\x18\x01 \x01(\r\x12\x13\n\x0bramp_frames\x18\x02 \x03(\r\"\x1f\n\x06\x43\x61ncel\x12\x15\n\rplayed_frames\x18\x01 \x01(\x04\"\x12\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"K\n\x06Resume\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x1b\n\x0elast_acked_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x11\n\x0f_last_acked_seq\"\x92\x01\n\x12SynthesizeResponse\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.codecstream.v1.HeaderH\x00\x12&\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x15.codecstream.v1.ChunkH\x00\x12\"\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x13.codecstream.v1.EndH\x00\x42\x06\n\x04kind\"\xd7\x01\n\x06Header\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12(\n\x05\x63odec\x18\x02 \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\x17\n\x0freference_codes\x18\x03 \x01(\x0c\x12\x18\n\x10reference_frames\x18\x04 \x01(\r\x12\x19\n\x11\x63lient_request_id\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nmax_frames\x18\x07 \x01(\r\"y\n\x05\x43hunk\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x13\n\x0b\x66irst_frame\x18\x02 \x01(\x04\x12\x12\n\nnum_frames\x18\x03 \x01(\r\x12\r\n\x05\x63odes\x18\x04 \x01(\x0c\x12\x17\n\x0fgenerated_at_us\x18\x05 \x01(\x04\x12\x12\n\nsent_at_us\x18\x06 \x01(\x04\"\x87\x01\n\x03\x45nd\x12)\n\x06reason\x18\x01 \x01(\x0e\x32\x19.codecstream.v1.EndReason\x12\x18\n\x10\x66rames_generated\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\x12*\n\x05stats\x18\x04 \x01(\x0b\x32\x1b.codecstream.v1.StreamStats\"i\n\x0bStreamStats\x12\x1e\n\x16time_to_first_frame_us\x18\x01 \x01(\x04\x12\x13\n\x0b\x64uration_us\x18\x02 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x03 \x01(\x04\x12\x15\n\rplayed_frames\x18\x04 \x01(\x04\"\x15\n\x13GetCodecInfoRequest\"\xb3\x04\n\x14GetCodecInfoResponse\x12(\n\x05\x63odec\x18\x01 \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\r\n\x05model\x18\x02 \x01(\t\x12\x16\n\x0eserver_version\x18\x03 \x01(\t\x12\x11\n\tlanguages\x18\x04 \x03(\t\x12,\n\ntask_types\x18\x05 \x03(\x0e\x32\x18.codecstream.v1.TaskType\x12\x16\n\x0emax_text_chars\x18\x06 \x01(\r\x12\x12\n\nmax_frames\x18\x07 \x01(\r\x12\x38\n\x10\x64\x65\x66\x61ult_chunking\x18\x08 \x01(\x0b\x32\x1e.codecstream.v1.ChunkingPolicy\x12\x18\n\x10resume_window_ms\x18\t \x01(\r\x12\x1e\n\x16max_instructions_chars\x18\n \x01(\r\x12&\n\x1emax_reference_transcript_chars\x18\x0b \x01(\r\x12!\n\x19max_reference_audio_bytes\x18\x0c \x01(\r\x12\x1e\n\x16min_reference_audio_ms\x18\r \x01(\r\x12\x1e\n\x16max_reference_audio_ms\x18\x0e \x01(\r\x12\x19\n\x11max_request_bytes\x18\x0f \x01(\r\x12 \n\x18\x66irst_message_timeout_ms\x18\x10 \x01(\r\x12!\n\x19stalled_client_timeout_ms\x18\x11 \x01(\r\"\x13\n\x11ListVoicesRequest\"R\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.codecstream.v1.Voice\x12\x15\n\rdefault_voice\x18\x02 \x01(\t\"=\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t*q\n\x08TaskType\x12\x19\n\x15TASK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16TASK_TYPE_CUSTOM_VOICE\x10\x01\x12\x1a\n\x16TASK_TYPE_VOICE_DESIGN\x10\x02\x12\x12\n\x0eTASK_TYPE_BASE\x10\x03*\x86\x01\n\tEndReason\x12\x1a\n\x16\x45ND_REASON_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x45ND_REASON_EOS\x10\x01\x12\x18\n\x14\x45ND_REASON_CANCELLED\x10\x02\x12\x19\n\x15\x45ND_REASON_MAX_FRAMES\x10\x03\x12\x14\n\x10\x45ND_REASON_ERROR\x10\x04\x32\x9b\x02\n\x10SynthesisService\x12W\n\nSynthesize\x12!.codecstream.v1.SynthesizeRequest\x1a\".codecstream.v1.SynthesizeResponse(\x01\x30\x01\x12Y\n\x0cGetCodecInfo\x12#.codecstream.v1.GetCodecInfoRequest\x1a$.codecstream.v1.GetCodecInfoResponse\x12S\n\nListVoices\x12!.codecstream.v1.ListVoicesRequest\x1a\".codecstream.v1.ListVoicesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63odecstream/v1/synthesis.proto\x12\x0e\x63odecstream.v1\x1a\x1a\x63odecstream/v1/codec.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x01\n\x11SynthesizeRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.codecstream.v1.StartH\x00\x12(\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x16.codecstream.v1.CancelH\x00\x12\"\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x13.codecstream.v1.AckH\x00\x12(\n\x06resume\x18\x04 \x01(\x0b\x32\x16.codecstream.v1.ResumeH\x00\x12)\n\x04text\x18\x05 \x01(\x0b\x32\x19.codecstream.v1.TextInputH\x00\x42\x06\n\x04kind\">\n\tTextInput\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05\x66lush\x18\x02 \x01(\x08\x12\x14\n\x0c\x65nd_of_input\x18\x03 \x01(\x08\"\xbf\x03\n\x05Start\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\x12+\n\ttask_type\x18\x05 \x01(\x0e\x32\x18.codecstream.v1.TaskType\x12\x37\n\x0freference_audio\x18\x06 \x01(\x0b\x32\x1e.codecstream.v1.ReferenceAudio\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x30\n\x08sampling\x18\x08 \x01(\x0b\x32\x1e.codecstream.v1.SamplingParams\x12\x12\n\nmax_frames\x18\t \x01(\r\x12\x30\n\x08\x63hunking\x18\n \x01(\x0b\x32\x1e.codecstream.v1.ChunkingPolicy\x12\x19\n\x11\x63lient_request_id\x18\x0b \x01(\t\x12\x31\n\x0e\x65xpected_codec\x18\x0c \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\x11\n\tresumable\x18\r \x01(\x08\x12\x16\n\x0estreaming_text\x18\x0e \x01(\x08\x42\x07\n\x05_seed\"3\n\x0eReferenceAudio\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x12\n\ntranscript\x18\x02 \x01(\t\"\xae\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x04 \x01(\x02H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penalty\"A\n\x0e\x43hunkingPolicy\x12\x1a\n\x12\x66irst_chunk_frames\x18\x01 \x01(\r\x12\x13\n\x0bramp_frames\x18\x02 \x03(\r\"\x1f\n\x06\x43\x61ncel\x12\x15\n\rplayed_frames\x18\x01 \x01(\x04\"\x12\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"K\n\x06Resume\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x1b\n\x0elast_acked_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x11\n\x0f_last_acked_seq\"\x92\x01\n\x12SynthesizeResponse\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.codecstream.v1.HeaderH\x00\x12&\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x15.codecstream.v1.ChunkH\x00\x12\"\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x13.codecstream.v1.EndH\x00\x42\x06\n\x04kind\"\xd7\x01\n\x06Header\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12(\n\x05\x63odec\x18\x02 \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\x17\n\x0freference_codes\x18\x03 \x01(\x0c\x12\x18\n\x10reference_frames\x18\x04 \x01(\r\x12\x19\n\x11\x63lient_request_id\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nmax_frames\x18\x07 \x01(\r\"\x9f\x01\n\x05\x43hunk\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x13\n\x0b\x66irst_frame\x18\x02 \x01(\x04\x12\x12\n\nnum_frames\x18\x03 \x01(\r\x12\r\n\x05\x63odes\x18\x04 \x01(\x0c\x12\x17\n\x0fgenerated_at_us\x18\x05 \x01(\x04\x12\x12\n\nsent_at_us\x18\x06 \x01(\x04\x12\x12\n\ntext_start\x18\x07 \x01(\r\x12\x10\n\x08text_end\x18\x08 \x01(\r\"\xa3\x01\n\x03\x45nd\x12)\n\x06reason\x18\x01 \x01(\x0e\x32\x19.codecstream.v1.EndReason\x12\x18\n\x10\x66rames_generated\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\x12*\n\x05stats\x18\x04 \x01(\x0b\x32\x1b.codecstream.v1.StreamStats\x12\x1a\n\x12text_offset_played\x18\x05 \x01(\r\"i\n\x0bStreamStats\x12\x1e\n\x16time_to_first_frame_us\x18\x01 \x01(\x04\x12\x13\n\x0b\x64uration_us\x18\x02 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x03 \x01(\x04\x12\x15\n\rplayed_frames\x18\x04 \x01(\x04\"\x15\n\x13GetCodecInfoRequest\"\xfe\x04\n\x14GetCodecInfoResponse\x12(\n\x05\x63odec\x18\x01 \x01(\x0b\x32\x19.codecstream.v1.CodecSpec\x12\r\n\x05model\x18\x02 \x01(\t\x12\x16\n\x0eserver_version\x18\x03 \x01(\t\x12\x11\n\tlanguages\x18\x04 \x03(\t\x12,\n\ntask_types\x18\x05 \x03(\x0e\x32\x18.codecstream.v1.TaskType\x12\x16\n\x0emax_text_chars\x18\x06 \x01(\r\x12\x12\n\nmax_frames\x18\x07 \x01(\r\x12\x38\n\x10\x64\x65\x66\x61ult_chunking\x18\x08 \x01(\x0b\x32\x1e.codecstream.v1.ChunkingPolicy\x12\x18\n\x10resume_window_ms\x18\t \x01(\r\x12\x1e\n\x16max_instructions_chars\x18\n \x01(\r\x12&\n\x1emax_reference_transcript_chars\x18\x0b \x01(\r\x12!\n\x19max_reference_audio_bytes\x18\x0c \x01(\r\x12\x1e\n\x16min_reference_audio_ms\x18\r \x01(\r\x12\x1e\n\x16max_reference_audio_ms\x18\x0e \x01(\r\x12\x19\n\x11max_request_bytes\x18\x0f \x01(\r\x12 \n\x18\x66irst_message_timeout_ms\x18\x10 \x01(\r\x12!\n\x19stalled_client_timeout_ms\x18\x11 \x01(\r\x12\x18\n\x10min_clause_chars\x18\x12 \x01(\r\x12\x19\n\x11max_segment_chars\x18\x13 \x01(\r\x12\x14\n\x0ctext_idle_ms\x18\x14 \x01(\r\"\x13\n\x11ListVoicesRequest\"R\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.codecstream.v1.Voice\x12\x15\n\rdefault_voice\x18\x02 \x01(\t\"=\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t*q\n\x08TaskType\x12\x19\n\x15TASK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16TASK_TYPE_CUSTOM_VOICE\x10\x01\x12\x1a\n\x16TASK_TYPE_VOICE_DESIGN\x10\x02\x12\x12\n\x0eTASK_TYPE_BASE\x10\x03*\x86\x01\n\tEndReason\x12\x1a\n\x16\x45ND_REASON_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x45ND_REASON_EOS\x10\x01\x12\x18\n\x14\x45ND_REASON_CANCELLED\x10\x02\x12\x19\n\x15\x45ND_REASON_MAX_FRAMES\x10\x03\x12\x14\n\x10\x45ND_REASON_ERROR\x10\x04\x32\x9b\x02\n\x10SynthesisService\x12W\n\nSynthesize\x12!.codecstream.v1.SynthesizeRequest\x1a\".codecstream.v1.SynthesizeResponse(\x01\x30\x01\x12Y\n\x0cGetCodecInfo\x12#.codecstream.v1.GetCodecInfoRequest\x1a$.codecstream.v1.GetCodecInfoResponse\x12S\n\nListVoices\x12!.codecstream.v1.ListVoicesRequest\x1a\".codecstream.v1.ListVoicesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'codecstream.v1.synthesis_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKTYPE']._serialized_start=2646
-  _globals['_TASKTYPE']._serialized_end=2759
-  _globals['_ENDREASON']._serialized_start=2762
-  _globals['_ENDREASON']._serialized_end=2896
+  _globals['_TASKTYPE']._serialized_start=2919
+  _globals['_TASKTYPE']._serialized_end=3032
+  _globals['_ENDREASON']._serialized_start=3035
+  _globals['_ENDREASON']._serialized_end=3169
   _globals['_SYNTHESIZEREQUEST']._serialized_start=112
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=299
-  _globals['_START']._serialized_start=302
-  _globals['_START']._serialized_end=725
-  _globals['_REFERENCEAUDIO']._serialized_start=727
-  _globals['_REFERENCEAUDIO']._serialized_end=778
-  _globals['_SAMPLINGPARAMS']._serialized_start=781
-  _globals['_SAMPLINGPARAMS']._serialized_end=955
-  _globals['_CHUNKINGPOLICY']._serialized_start=957
-  _globals['_CHUNKINGPOLICY']._serialized_end=1022
-  _globals['_CANCEL']._serialized_start=1024
-  _globals['_CANCEL']._serialized_end=1055
-  _globals['_ACK']._serialized_start=1057
-  _globals['_ACK']._serialized_end=1075
-  _globals['_RESUME']._serialized_start=1077
-  _globals['_RESUME']._serialized_end=1152
-  _globals['_SYNTHESIZERESPONSE']._serialized_start=1155
-  _globals['_SYNTHESIZERESPONSE']._serialized_end=1301
-  _globals['_HEADER']._serialized_start=1304
-  _globals['_HEADER']._serialized_end=1519
-  _globals['_CHUNK']._serialized_start=1521
-  _globals['_CHUNK']._serialized_end=1642
-  _globals['_END']._serialized_start=1645
-  _globals['_END']._serialized_end=1780
-  _globals['_STREAMSTATS']._serialized_start=1782
-  _globals['_STREAMSTATS']._serialized_end=1887
-  _globals['_GETCODECINFOREQUEST']._serialized_start=1889
-  _globals['_GETCODECINFOREQUEST']._serialized_end=1910
-  _globals['_GETCODECINFORESPONSE']._serialized_start=1913
-  _globals['_GETCODECINFORESPONSE']._serialized_end=2476
-  _globals['_LISTVOICESREQUEST']._serialized_start=2478
-  _globals['_LISTVOICESREQUEST']._serialized_end=2497
-  _globals['_LISTVOICESRESPONSE']._serialized_start=2499
-  _globals['_LISTVOICESRESPONSE']._serialized_end=2581
-  _globals['_VOICE']._serialized_start=2583
-  _globals['_VOICE']._serialized_end=2644
-  _globals['_SYNTHESISSERVICE']._serialized_start=2899
-  _globals['_SYNTHESISSERVICE']._serialized_end=3182
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=342
+  _globals['_TEXTINPUT']._serialized_start=344
+  _globals['_TEXTINPUT']._serialized_end=406
+  _globals['_START']._serialized_start=409
+  _globals['_START']._serialized_end=856
+  _globals['_REFERENCEAUDIO']._serialized_start=858
+  _globals['_REFERENCEAUDIO']._serialized_end=909
+  _globals['_SAMPLINGPARAMS']._serialized_start=912
+  _globals['_SAMPLINGPARAMS']._serialized_end=1086
+  _globals['_CHUNKINGPOLICY']._serialized_start=1088
+  _globals['_CHUNKINGPOLICY']._serialized_end=1153
+  _globals['_CANCEL']._serialized_start=1155
+  _globals['_CANCEL']._serialized_end=1186
+  _globals['_ACK']._serialized_start=1188
+  _globals['_ACK']._serialized_end=1206
+  _globals['_RESUME']._serialized_start=1208
+  _globals['_RESUME']._serialized_end=1283
+  _globals['_SYNTHESIZERESPONSE']._serialized_start=1286
+  _globals['_SYNTHESIZERESPONSE']._serialized_end=1432
+  _globals['_HEADER']._serialized_start=1435
+  _globals['_HEADER']._serialized_end=1650
+  _globals['_CHUNK']._serialized_start=1653
+  _globals['_CHUNK']._serialized_end=1812
+  _globals['_END']._serialized_start=1815
+  _globals['_END']._serialized_end=1978
+  _globals['_STREAMSTATS']._serialized_start=1980
+  _globals['_STREAMSTATS']._serialized_end=2085
+  _globals['_GETCODECINFOREQUEST']._serialized_start=2087
+  _globals['_GETCODECINFOREQUEST']._serialized_end=2108
+  _globals['_GETCODECINFORESPONSE']._serialized_start=2111
+  _globals['_GETCODECINFORESPONSE']._serialized_end=2749
+  _globals['_LISTVOICESREQUEST']._serialized_start=2751
+  _globals['_LISTVOICESREQUEST']._serialized_end=2770
+  _globals['_LISTVOICESRESPONSE']._serialized_start=2772
+  _globals['_LISTVOICESRESPONSE']._serialized_end=2854
+  _globals['_VOICE']._serialized_start=2856
+  _globals['_VOICE']._serialized_end=2917
+  _globals['_SYNTHESISSERVICE']._serialized_start=3172
+  _globals['_SYNTHESISSERVICE']._serialized_end=3455
 # @@protoc_insertion_point(module_scope)

@@ -36,19 +36,31 @@ END_REASON_MAX_FRAMES: EndReason
 END_REASON_ERROR: EndReason
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("start", "cancel", "ack", "resume")
+    __slots__ = ("start", "cancel", "ack", "resume", "text")
     START_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     start: Start
     cancel: Cancel
     ack: Ack
     resume: Resume
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
+    text: TextInput
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ...) -> None: ...
+
+class TextInput(_message.Message):
+    __slots__ = ("text", "flush", "end_of_input")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FIELD_NUMBER: _ClassVar[int]
+    END_OF_INPUT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    flush: bool
+    end_of_input: bool
+    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ..., end_of_input: _Optional[bool] = ...) -> None: ...
 
 class Start(_message.Message):
-    __slots__ = ("text", "voice", "language", "instructions", "task_type", "reference_audio", "seed", "sampling", "max_frames", "chunking", "client_request_id", "expected_codec", "resumable")
+    __slots__ = ("text", "voice", "language", "instructions", "task_type", "reference_audio", "seed", "sampling", "max_frames", "chunking", "client_request_id", "expected_codec", "resumable", "streaming_text")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +74,7 @@ class Start(_message.Message):
     CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_CODEC_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     language: str
@@ -75,7 +88,8 @@ class Start(_message.Message):
     client_request_id: str
     expected_codec: _codec_pb2.CodecSpec
     resumable: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., language: _Optional[str] = ..., instructions: _Optional[str] = ..., task_type: _Optional[_Union[TaskType, str]] = ..., reference_audio: _Optional[_Union[ReferenceAudio, _Mapping]] = ..., seed: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_frames: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., client_request_id: _Optional[str] = ..., expected_codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., resumable: _Optional[bool] = ...) -> None: ...
+    streaming_text: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., language: _Optional[str] = ..., instructions: _Optional[str] = ..., task_type: _Optional[_Union[TaskType, str]] = ..., reference_audio: _Optional[_Union[ReferenceAudio, _Mapping]] = ..., seed: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_frames: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., client_request_id: _Optional[str] = ..., expected_codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., resumable: _Optional[bool] = ..., streaming_text: _Optional[bool] = ...) -> None: ...
 
 class ReferenceAudio(_message.Message):
     __slots__ = ("audio", "transcript")
@@ -154,32 +168,38 @@ class Header(_message.Message):
     def __init__(self, stream_id: _Optional[str] = ..., codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., reference_codes: _Optional[bytes] = ..., reference_frames: _Optional[int] = ..., client_request_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_frames: _Optional[int] = ...) -> None: ...
 
 class Chunk(_message.Message):
-    __slots__ = ("seq", "first_frame", "num_frames", "codes", "generated_at_us", "sent_at_us")
+    __slots__ = ("seq", "first_frame", "num_frames", "codes", "generated_at_us", "sent_at_us", "text_start", "text_end")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     FIRST_FRAME_FIELD_NUMBER: _ClassVar[int]
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
     CODES_FIELD_NUMBER: _ClassVar[int]
     GENERATED_AT_US_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_US_FIELD_NUMBER: _ClassVar[int]
+    TEXT_START_FIELD_NUMBER: _ClassVar[int]
+    TEXT_END_FIELD_NUMBER: _ClassVar[int]
     seq: int
     first_frame: int
     num_frames: int
     codes: bytes
     generated_at_us: int
     sent_at_us: int
-    def __init__(self, seq: _Optional[int] = ..., first_frame: _Optional[int] = ..., num_frames: _Optional[int] = ..., codes: _Optional[bytes] = ..., generated_at_us: _Optional[int] = ..., sent_at_us: _Optional[int] = ...) -> None: ...
+    text_start: int
+    text_end: int
+    def __init__(self, seq: _Optional[int] = ..., first_frame: _Optional[int] = ..., num_frames: _Optional[int] = ..., codes: _Optional[bytes] = ..., generated_at_us: _Optional[int] = ..., sent_at_us: _Optional[int] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ...) -> None: ...
 
 class End(_message.Message):
-    __slots__ = ("reason", "frames_generated", "message", "stats")
+    __slots__ = ("reason", "frames_generated", "message", "stats", "text_offset_played")
     REASON_FIELD_NUMBER: _ClassVar[int]
     FRAMES_GENERATED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_OFFSET_PLAYED_FIELD_NUMBER: _ClassVar[int]
     reason: EndReason
     frames_generated: int
     message: str
     stats: StreamStats
-    def __init__(self, reason: _Optional[_Union[EndReason, str]] = ..., frames_generated: _Optional[int] = ..., message: _Optional[str] = ..., stats: _Optional[_Union[StreamStats, _Mapping]] = ...) -> None: ...
+    text_offset_played: int
+    def __init__(self, reason: _Optional[_Union[EndReason, str]] = ..., frames_generated: _Optional[int] = ..., message: _Optional[str] = ..., stats: _Optional[_Union[StreamStats, _Mapping]] = ..., text_offset_played: _Optional[int] = ...) -> None: ...
 
 class StreamStats(_message.Message):
     __slots__ = ("time_to_first_frame_us", "duration_us", "chunks", "played_frames")
@@ -198,7 +218,7 @@ class GetCodecInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCodecInfoResponse(_message.Message):
-    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms")
+    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms")
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +236,9 @@ class GetCodecInfoResponse(_message.Message):
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     FIRST_MESSAGE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     STALLED_CLIENT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_CLAUSE_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEGMENT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     codec: _codec_pb2.CodecSpec
     model: str
     server_version: str
@@ -233,7 +256,10 @@ class GetCodecInfoResponse(_message.Message):
     max_request_bytes: int
     first_message_timeout_ms: int
     stalled_client_timeout_ms: int
-    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ...) -> None: ...
+    min_clause_chars: int
+    max_segment_chars: int
+    text_idle_ms: int
+    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ()

@@ -110,7 +110,8 @@ class SynthesisServiceServicer:
 
     def Synthesize(self, request_iterator, context):
         """One utterance per call. The client sends Start (or Resume) first, then optionally Ack and
-        Cancel messages; the server answers Header, then Chunks, then exactly one End, then closes.
+        Cancel messages, and for a Start with streaming_text the text in TextInput messages; the
+        server answers Header, then Chunks, then exactly one End, then closes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,6 +51,17 @@ class ServerLimits:
     stalled_client_timeout_s: float = 30.0
     #: Chunking when Start.chunking is unset.
     default_chunking: ChunkSchedule = dataclasses.field(default_factory=ChunkSchedule)
+    #: Streaming text (TextInput): how the text is cut into segments, each one engine request.
+    #: A clause mark ends a segment once it holds this many characters (shorter clauses join the
+    #: next: every segment restarts the talker's prosody).
+    min_clause_chars: int = 30
+    #: A segment without a sentence or clause end is cut at its last space before this length.
+    max_segment_chars: int = 250
+    #: With nothing being generated, text that waited this long without more arriving is spoken.
+    text_idle_s: float = 0.5
+    #: A streamed text that brings nothing for this long with nothing left to speak, and no
+    #: end_of_input, ends with End(ERROR): a client that forgot end_of_input holds no stream forever.
+    text_input_timeout_s: float = 60.0
 
     def max_request_bytes(self, reference_audio: bool) -> int:
         """The largest serialized SynthesizeRequest the transport accepts: the largest Start the

@@ -60,9 +60,14 @@ def parse_start(
     text = start.text
     if len(text) > limits.max_text_chars:
         raise _invalid(f"text has {len(text)} characters, the limit is {limits.max_text_chars}")
-    if not text.strip():
+    if not start.streaming_text and not text.strip():
         raise _invalid("text is empty")
     task = _check_task_type(start.task_type, offering)
+    if start.streaming_text:
+        if task is TaskType.BASE:
+            raise _invalid("streaming_text is offered for CUSTOM_VOICE and VOICE_DESIGN, not BASE")
+        if start.resumable:
+            raise _invalid("streaming_text and resumable cannot be combined (text sent while disconnected is lost)")
     reference_audio = start.reference_audio.audio
     _check_reference(reference_audio, start.reference_audio.transcript, task, limits)
     instructions = start.instructions

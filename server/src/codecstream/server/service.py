@@ -24,6 +24,7 @@ from codecstream.server.reference_audio import ReferenceAudioError, decode_refer
 from codecstream.server.request_parsing import TASK_TYPE_ENUMS, parse_start
 from codecstream.server.session import Attachment, ResumeUnavailable, StreamSession
 from codecstream.server.source import CodeSource, RequestRejected, SourceUnavailable, TaskType
+from codecstream.server.text_stream import SegmentedCodeStream, TextInputViolation
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -97,6 +98,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             max_request_bytes=self.max_request_bytes,
             first_message_timeout_ms=round(limits.first_message_timeout_s * 1000),
             stalled_client_timeout_ms=round(limits.stalled_client_timeout_s * 1000),
+            min_clause_chars=limits.min_clause_chars,
+            max_segment_chars=limits.max_segment_chars,
+            text_idle_ms=round(limits.text_idle_s * 1000),
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
@@ -205,7 +209,11 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             request = parsed.request
             if request.task_type is TaskType.BASE:
                 request = dataclasses.replace(request, reference=await self._decode_reference(parsed.reference_audio))
-            code_stream = await self.source.open(request, stream_id)
+            if start.streaming_text:
+                # The Header goes out at once; each segment is an engine request of its own.
+                code_stream = SegmentedCodeStream(self.source, request, stream_id, self.limits)
+            else:
+                code_stream = await self.source.open(request, stream_id)
         except _Rejected:
             raise
         except RequestRejected as rejection:
@@ -218,6 +226,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             raise _Rejected("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
         finally:
             self._opening -= 1
+        if isinstance(code_stream, SegmentedCodeStream):
+            text_so_far = lambda: code_stream.text  # noqa: E731 - it grows as TextInput arrives
+        else:
+            text_so_far = lambda: request.text  # noqa: E731
         session = StreamSession(
             stream_id,
             code_stream,
@@ -227,6 +239,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             resumable=start.resumable and self.limits.resume_window_s > 0,
             retained_chunks=self.limits.resume_retained_chunks,
             metrics=self.metrics,
+            text_so_far=text_so_far,
         )
         self.sessions[stream_id] = session
         session.start(self.source.codec)
@@ -286,7 +299,18 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                     if kind == "ack":
                         session.acknowledge(message.ack.seq)
                         continue
-                    violation = f"{kind or 'an empty message'} after the first message: only cancel and ack may follow"
+                    if kind == "text":
+                        text = message.text
+                        try:
+                            session.push_text(text.text, text.flush, text.end_of_input)
+                            continue
+                        except TextInputViolation as error:
+                            violation = str(error)
+                    else:
+                        violation = (
+                            f"{kind or 'an empty message'} after the first message: "
+                            "only cancel, ack and text may follow"
+                        )
                 # Noted before the stop: the End it causes may reach the client before stop() returns.
                 attachment.violation = violation
                 if not attachment.superseded:

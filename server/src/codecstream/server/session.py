@@ -14,13 +14,15 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
+from codecstream.protocol.text_timing import merge_spans, text_offset_played
 from codecstream.server.metrics import Metrics
 from codecstream.server.source import CodeStream, GenerationFailed, StopReason
+from codecstream.server.text_stream import SegmentedCodeStream, TextInputViolation
 from codecstream.v1 import synthesis_pb2 as pb
 from google.protobuf import timestamp_pb2
 
@@ -68,6 +70,7 @@ class StreamSession:
         resumable: bool,
         retained_chunks: int,
         metrics: Metrics,
+        text_so_far: Callable[[], str] = str,
     ) -> None:
         self.stream_id = stream_id
         #: Who started the stream: only they may resume it.
@@ -78,6 +81,10 @@ class StreamSession:
         self._max_frames = code_stream.max_frames
         self._retained_limit = retained_chunks
         self._metrics = metrics
+        #: The text received so far (it grows for streamed text).
+        self._text = text_so_far
+        #: (first_frame, num_frames, text_start, text_end) of every chunk, for End.text_offset_played.
+        self._chunk_spans: list[tuple[int, int, int, int]] = []
         self._started = time.monotonic()
         started_at = timestamp_pb2.Timestamp()
         started_at.GetCurrentTime()
@@ -143,6 +150,12 @@ class StreamSession:
         total = 0
         last_step = None
         async for frames in self._code_stream:
+            if not len(frames):  # a segment of streamed text ended: its frames get their own chunk
+                if pending_frames and self._stop is None:
+                    await self._emit(np.concatenate(pending))
+                    pending, pending_frames = [], 0
+                    target = next(sizes)
+                continue
             if self._stop is not None:
                 # Generated after the stop was asked for: never sent, counted.
                 self._frames_after_stop += len(frames)
@@ -177,6 +190,8 @@ class StreamSession:
         return pb.END_REASON_EOS
 
     async def _emit(self, codes: np.ndarray) -> None:
+        text_start, text_end = self._code_stream.text_span() or (0, len(self._text()))
+        self._chunk_spans.append((self._frames_sent_in_chunks, len(codes), text_start, text_end))
         async with self._changed:
             self._chunks.append(
                 pb.Chunk(
@@ -185,6 +200,8 @@ class StreamSession:
                     num_frames=len(codes),
                     codes=pack_codes(codes),
                     generated_at_us=self._elapsed_us(),
+                    text_start=text_start,
+                    text_end=text_end,
                 )
             )
             self._next_seq += 1
@@ -194,10 +211,16 @@ class StreamSession:
 
     async def _finish(self, reason: int, message: str) -> None:
         played = self._stop.played_frames if self._stop else 0
+        spans = merge_spans(self._chunk_spans)
+        if reason == pb.END_REASON_CANCELLED:
+            heard = text_offset_played(self._text(), spans, played)
+        else:
+            heard = spans[-1].text_end if spans else 0
         end = pb.End(
             reason=reason,
             frames_generated=self._frames_sent_in_chunks,
             message=message,
+            text_offset_played=heard,
             stats=pb.StreamStats(
                 time_to_first_frame_us=self._first_frame_us,
                 duration_us=self._elapsed_us(),
@@ -234,6 +257,12 @@ class StreamSession:
         except Exception:
             log.exception("stream %s: aborting the generator failed", self.stream_id)
             self._metrics.errors.labels(kind="abort").inc()
+
+    def push_text(self, text: str, flush: bool, end_of_input: bool) -> None:
+        """A TextInput; TextInputViolation for one the contract forbids."""
+        if not isinstance(self._code_stream, SegmentedCodeStream):
+            raise TextInputViolation("text input on a stream whose Start did not set streaming_text")
+        self._code_stream.push(text, flush, end_of_input)
 
     @property
     def finished(self) -> bool:

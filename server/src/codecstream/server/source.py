@@ -115,11 +115,17 @@ class CodeStream(abc.ABC):
     @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
         """Yield int16 arrays of shape (k, 16), k >= 1, as soon as the generator has them; raise
-        GenerationFailed when generation fails."""
+        GenerationFailed when generation fails. A stream of streamed text also yields empty
+        arrays, each marking the end of a segment: frames on either side never share a chunk."""
 
     @abc.abstractmethod
     async def abort(self) -> None:
         """Stop generating now and release everything the request holds; safe to call twice, never raises."""
+
+    def text_span(self) -> tuple[int, int] | None:
+        """Characters [start, end) of the text the frames being yielded speak; None: the whole
+        request text (a stream of streamed text names its current segment)."""
+        return None
 
 
 class CodeSource(abc.ABC):

@@ -1,0 +1,64 @@
+"""Speech for text that arrives in pieces, as an LLM writes its reply.
+
+    async with client.stream_text(decoder=decoder, voice="ryan") as stream:
+        stream.push_text("Hello")          # as the tokens come
+        stream.push_text(" there.")
+        stream.end_input()
+        async for chunk in stream:          # PcmChunk with the text span it speaks
+            play(chunk.samples)
+
+The server speaks the text in segments (sentences and long clauses, synthesis.proto TextInput);
+`flush()` speaks what has arrived now. After `cancel(played_frames)`, `text_offset_played` says how
+far the listener heard, and `word_timestamps()` times every word relative to the stream's audio.
+"""
+
+from __future__ import annotations
+
+from codecstream.client.synthesis import AsyncAudioStream, PcmChunk
+from codecstream.protocol.text_timing import WordTiming, merge_spans, word_timings
+
+
+class AsyncTextStream(AsyncAudioStream):
+    """AsyncAudioStream fed by push_text / flush / end_input; iterate for PcmChunks."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: The text pushed so far (Start.text included); offsets in chunks and End refer to it.
+        self.text = self.codes.start_text
+        self._spans: list[tuple[int, int, int, int]] = []
+
+    def push_text(self, text: str) -> None:
+        """Append text; the server speaks each sentence (or long clause) once it is complete."""
+        if text:
+            self.text += text
+            self.codes.send_text(text)
+
+    def flush(self) -> None:
+        """Speak what has arrived now, even a partial clause."""
+        self.codes.send_text(flush=True)
+
+    def end_input(self) -> None:
+        """No more text: the stream ends once the rest is spoken."""
+        self.codes.send_text(end_of_input=True)
+
+    async def __anext__(self) -> PcmChunk:
+        chunk = await super().__anext__()
+        self._spans.append((chunk.first_frame, chunk.num_frames, chunk.text_start, chunk.text_end))
+        return chunk
+
+    def word_timestamps(self) -> list[WordTiming]:
+        """Every word of the audio received so far, timed from the stream's first frame (0 s):
+        each segment's characters spread evenly over its frames (an estimate from the talker's
+        conditioning, not a forced alignment)."""
+        return word_timings(self.text, merge_spans(self._spans))
+
+    @property
+    def text_offset_played(self) -> int | None:
+        """After the stream ended: characters of `text` the listener heard (End.text_offset_played)."""
+        return self.end.text_offset_played if self.end is not None else None
+
+    @property
+    def heard_text(self) -> str | None:
+        """After the stream ended: the text up to `text_offset_played`."""
+        offset = self.text_offset_played
+        return None if offset is None else self.text[:offset]
