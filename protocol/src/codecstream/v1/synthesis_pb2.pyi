@@ -57,7 +57,7 @@ class TextInput(_message.Message):
     text: str
     flush: bool
     end_of_input: bool
-    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ..., end_of_input: _Optional[bool] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., end_of_input: bool = ...) -> None: ...
 
 class Start(_message.Message):
     __slots__ = ("text", "voice", "language", "instructions", "task_type", "reference_audio", "seed", "sampling", "max_frames", "chunking", "client_request_id", "expected_codec", "resumable", "streaming_text")
@@ -89,7 +89,7 @@ class Start(_message.Message):
     expected_codec: _codec_pb2.CodecSpec
     resumable: bool
     streaming_text: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., language: _Optional[str] = ..., instructions: _Optional[str] = ..., task_type: _Optional[_Union[TaskType, str]] = ..., reference_audio: _Optional[_Union[ReferenceAudio, _Mapping]] = ..., seed: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_frames: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., client_request_id: _Optional[str] = ..., expected_codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., resumable: _Optional[bool] = ..., streaming_text: _Optional[bool] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., language: _Optional[str] = ..., instructions: _Optional[str] = ..., task_type: _Optional[_Union[TaskType, str]] = ..., reference_audio: _Optional[_Union[ReferenceAudio, _Mapping]] = ..., seed: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_frames: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., client_request_id: _Optional[str] = ..., expected_codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., resumable: bool = ..., streaming_text: bool = ...) -> None: ...
 
 class ReferenceAudio(_message.Message):
     __slots__ = ("audio", "transcript")

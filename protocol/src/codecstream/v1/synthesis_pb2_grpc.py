@@ -5,7 +5,7 @@ import warnings
 
 from codecstream.v1 import synthesis_pb2 as codecstream_dot_v1_dot_synthesis__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in codecstream/v1/synthesis_pb2_grpc.py depends on'
+        + f' but the generated code in codecstream/v1/synthesis_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class SynthesisServiceStub:
+class SynthesisServiceStub(object):
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 
@@ -78,7 +78,7 @@ class SynthesisServiceStub:
                 _registered_method=True)
 
 
-class SynthesisServiceServicer:
+class SynthesisServiceServicer(object):
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 
@@ -157,7 +157,7 @@ def add_SynthesisServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class SynthesisService:
+class SynthesisService(object):
     """Text-to-speech whose responses carry codec tokens, not audio. The client decodes them on the
     device with the decoder named by the stream's CodecSpec.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 
 from codecstream.protocol.chunking import ChunkSchedule
@@ -62,6 +63,14 @@ class ServerLimits:
     #: A streamed text that brings nothing for this long with nothing left to speak, and no
     #: end_of_input, ends with End(ERROR): a client that forgot end_of_input holds no stream forever.
     text_input_timeout_s: float = 60.0
+    #: A segment's engine request may generate at most this many frames, plus as many per
+    #: character: a guard against a talker that never says EOS for one segment (speech runs at
+    #: about 1 frame a character), so one segment cannot use up the stream's budget.
+    segment_base_frames: int = 25
+    segment_frames_per_char: float = 4.0
+
+    def segment_frame_cap(self, chars: int) -> int:
+        return self.segment_base_frames + math.ceil(self.segment_frames_per_char * chars)
 
     def max_request_bytes(self, reference_audio: bool) -> int:
         """The largest serialized SynthesizeRequest the transport accepts: the largest Start the

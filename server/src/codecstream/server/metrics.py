@@ -45,6 +45,11 @@ class Metrics:
             buckets=_FRAME_COUNT_BUCKETS,
             registry=r,
         )
+        self.played_frames_at_cancel = Counter(
+            "codecstream_played_frames_at_cancel",
+            "Cancel.played_frames summed over cancelled streams (what listeners heard before a barge-in)",
+            registry=r,
+        )
         self.resumes = Counter("codecstream_resumes", "Streams reattached by Resume", registry=r)
         self.stalled_clients = Counter(
             "codecstream_stalled_clients",

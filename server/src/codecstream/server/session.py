@@ -214,6 +214,8 @@ class StreamSession:
         spans = merge_spans(self._chunk_spans)
         if reason == pb.END_REASON_CANCELLED:
             heard = text_offset_played(self._text(), spans, played)
+            self._metrics.played_frames_at_cancel.inc(played)
+            log.info("stream %s cancelled after %d played frames (%d characters heard)", self.stream_id, played, heard)
         else:
             heard = spans[-1].text_end if spans else 0
         end = pb.End(

@@ -191,8 +191,9 @@ class SegmentedCodeStream(CodeStream):
             if remaining <= 0:
                 self.stop_reason = StopReason.MAX_FRAMES
                 return
+            cap = self._limits.segment_frame_cap(segment.end - segment.start)
             request = dataclasses.replace(
-                self._request, text=self.text[segment.start : segment.end], max_frames=remaining
+                self._request, text=self.text[segment.start : segment.end], max_frames=min(remaining, cap)
             )
             try:
                 stream = await self._source.open(request, f"{self._stream_id}.{index}")
@@ -210,8 +211,8 @@ class SegmentedCodeStream(CodeStream):
                 self._frames += len(frames)
                 yield frames
             self._current = None
-            if stream.stop_reason is StopReason.MAX_FRAMES:
-                self.stop_reason = StopReason.MAX_FRAMES
+            if stream.stop_reason is StopReason.MAX_FRAMES and cap >= remaining:
+                self.stop_reason = StopReason.MAX_FRAMES  # the stream's budget, not the segment's
                 return
             yield SEGMENT_BOUNDARY
             index += 1

@@ -1,0 +1,1 @@
+"""Integrations with voice-agent frameworks (extras of codecstream-client): pipecat, livekit."""

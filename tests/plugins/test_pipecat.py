@@ -1,0 +1,84 @@
+"""The Pipecat TTS service inside Pipecat itself (its run_test pipeline utility), against a real
+codecstream server on loopback: audio frames flow between TTSStarted and TTSStopped, word
+timestamps are in order, an interruption stops the audio and the server records the Cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[pipecat]'")
+
+from codecstream.client.plugins.pipecat import CodecstreamTTSService
+from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.protocol import decoder_digest
+from pipecat.frames.frames import (
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+)
+from pipecat.services.tts_service import TextAggregationMode
+from pipecat.tests.utils import SleepFrame, run_test
+
+from tests.conftest import random_codes
+
+REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
+
+
+def sample(server, name: str, **labels: str) -> float:
+    return server.server.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
+async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word_timestamps(
+    replay_server_factory, checkpoint, mode
+):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_aggregation_mode=mode)
+    frames = [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in REPLY), LLMFullResponseEndFrame()]
+    down, _ = await run_test(tts, frames_to_send=[*frames, SleepFrame(sleep=2.0)])
+    kinds = [type(f) for f in down]
+    assert TTSStartedFrame in kinds and TTSStoppedFrame in kinds
+    started, stopped = kinds.index(TTSStartedFrame), len(kinds) - 1 - kinds[::-1].index(TTSStoppedFrame)
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert audio and all(started < down.index(f) < stopped for f in audio)
+    assert all(f.sample_rate == 24_000 and f.num_channels == 1 for f in audio)
+    # Two segments ("Hello there." and "The train leaves at nine.") of 10 frames, 1920 samples each.
+    assert sum(len(f.audio) for f in audio) == 2 * 10 * 1920 * 2
+    words = [f for f in down if isinstance(f, TTSTextFrame)]
+    assert [w.text for w in words] == "Hello there. The train leaves at nine.".split()
+    times = [w.pts for w in words]
+    assert times == sorted(times)
+    assert sample(server, "codecstream_streams_ended_total", reason="eos") == 1
+
+
+@pytest.mark.asyncio
+async def test_an_interruption_stops_the_audio_and_the_server_records_the_cancel(replay_server_factory, checkpoint):
+    server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
+    frames = [
+        LLMFullResponseStartFrame(),
+        LLMTextFrame("A long answer that the user will interrupt."),
+        LLMFullResponseEndFrame(),
+        SleepFrame(sleep=1.0),
+        InterruptionFrame(),
+        SleepFrame(sleep=1.5),
+    ]
+    down, _ = await run_test(tts, frames_to_send=frames)
+    assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
+    played = sample(server, "codecstream_played_frames_at_cancel_total")
+    audio_frames = sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) // (1920 * 2)
+    # The server heard how much audio Pipecat was given, and no more audio came after the cancel
+    # than the one chunk already decoded (25 frames at most).
+    assert 0 < played <= audio_frames <= played + 25
+    assert audio_frames < 200
