@@ -4,7 +4,8 @@
    or needed), 2. exports its decoder to an ONNX artifact (`codecstream export-decoder`),
 3. starts `codecstream-server` on it (the real vLLM-Omni talker on the CPU), 4. speaks a sentence
 with `codecstream say`: codes over gRPC, decoded on the client with ONNX Runtime, written to a WAV,
-5. proves with `codecstream parity e2e` that the client's audio equals the reference decode.
+5. proves with `codecstream parity e2e` that the client's audio equals the reference decode,
+6. pipes a simulated LLM's reply into `codecstream say -`, which speaks it while it is written.
 
 Run through `scripts/demo` (which sets up .venv first). Everything lands in .cache/demo/.
 """
@@ -74,13 +75,13 @@ def main() -> int:
     checkpoint = WORK / "qwen3-tts-tiny"
     artifact = WORK / "decoder-onnx"
 
-    step("1/5 random-weight Qwen3-TTS checkpoint (tiny talker, official layout)")
+    step("1/6 random-weight Qwen3-TTS checkpoint (tiny talker, official layout)")
     if not (checkpoint / "speech_tokenizer" / "model.safetensors").exists():
         run(str(BIN / "python"), "-m", "codecstream.testing.random_checkpoint", str(checkpoint), "--preset", "tiny")
     else:
         print(f"   reusing {checkpoint}")
 
-    step("2/5 export the decoder for the client (stateful, ONNX)")
+    step("2/6 export the decoder for the client (stateful, ONNX)")
     if not (artifact / "manifest.json").exists():
         run(
             str(BIN / "codecstream"),
@@ -96,22 +97,30 @@ def main() -> int:
     else:
         print(f"   reusing {artifact}")
 
-    step("3/5 codecstream-server on the real vLLM-Omni talker (CPU)")
+    step("3/6 codecstream-server on the real vLLM-Omni talker (CPU)")
     server, target = start_server(checkpoint)
     try:
-        step("4/5 codecstream say: codes over gRPC, decoded here with ONNX Runtime")
+        step("4/6 codecstream say: codes over gRPC, decoded here with ONNX Runtime")
         run(str(BIN / "codecstream"), "say", args.text, "--server", target, "--voice", args.voice, "--seed", "7",
             "--decoder", str(artifact), "--backend", "onnx", "--out", str(WORK / "demo.wav"))  # fmt: skip
-        step("5/5 parity: the client's audio vs the reference decode of the same codes")
+        step("5/6 parity: the client's audio vs the reference decode of the same codes")
         run(str(BIN / "codecstream"), "parity", "e2e", "--server", target, "--text", args.text, "--voice", args.voice,
             "--seed", "7", "--decoder", str(artifact), "--backend", "onnx", "--checkpoint", str(checkpoint),
             "--json", str(WORK / "parity_e2e.json"), "--plot", str(WORK / "parity_e2e.png"))  # fmt: skip
+        step("6/6 streamed text: a simulated LLM writes its reply at 15 tokens/s, spoken while it writes")
+        llm = [str(BIN / "python"), str(ROOT / "examples" / "simulated_llm.py"), "--tokens-per-second", "15"]
+        say = [str(BIN / "codecstream"), "say", "-", "--server", target, "--voice", args.voice, "--seed", "7",
+               "--decoder", str(artifact), "--backend", "onnx", "--out", str(WORK / "streamed.wav")]  # fmt: skip
+        print("$ " + " ".join(llm) + " | " + " ".join(say), flush=True)
+        writer = subprocess.Popen(llm, stdout=subprocess.PIPE)
+        subprocess.run(say, stdin=writer.stdout, check=True)
+        writer.wait(60)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
     print(
         f"\nDone: {WORK / 'demo.wav'} (random weights: it sounds like noise, by design), "
-        f"parity report {WORK / 'parity_e2e.png'}"
+        f"parity report {WORK / 'parity_e2e.png'}, streamed text {WORK / 'streamed.wav'}"
     )
     return 0
 

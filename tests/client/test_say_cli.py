@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 import wave
 
 import pytest
@@ -32,6 +33,25 @@ def test_say_writes_a_wav_and_prints_a_summary(replay_server_factory, checkpoint
     with wave.open(str(out)) as wav:
         assert wav.getnframes() == 30 * 1920 and wav.getframerate() == 24000 and wav.getsampwidth() == 2
     assert "2.40 s of audio (EOS)" in result.stderr
+
+
+def test_say_dash_speaks_standard_input_while_it_is_written(replay_server_factory, checkpoint, tmp_path):
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    out = tmp_path / "piped.wav"
+    command = [*CLI, "say", "-", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch",
+               "--out", str(out)]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for piece in ("Hello", " there.", " Goodbye", " now."):  # an LLM writing its reply
+        process.stdin.write(piece)
+        process.stdin.flush()
+        time.sleep(0.2)
+    process.stdin.close()
+    process.wait(120)
+    stderr = process.stderr.read()
+    assert process.returncode == 0, stderr
+    with wave.open(str(out)) as wav:  # two segments, the replay's 10 frames each
+        assert wav.getnframes() == 2 * 10 * 1920
+    assert "1.60 s of audio (EOS)" in stderr
 
 
 def test_without_a_sound_device_play_says_so_in_one_line_and_the_wav_is_still_written(

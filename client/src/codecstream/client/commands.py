@@ -33,6 +33,7 @@ def add_request_arguments(
     text_option: bool = False,
     seed: int | None = None,
     chunking: Sequence[int] | None = None,
+    text_help: str = "text to speak",
 ) -> None:
     """The request flags every command that starts a stream shares (say, record, parity e2e).
 
@@ -41,7 +42,7 @@ def add_request_arguments(
     if text_option:
         parser.add_argument("--text", required=True, help="text to speak")
     else:
-        parser.add_argument("text", help="text to speak")
+        parser.add_argument("text", help=text_help)
     parser.add_argument("--voice", default="", help="speaker (see `codecstream info`)")
     parser.add_argument("--language", default="", help="language of the text (default: detected)")
     parser.add_argument(

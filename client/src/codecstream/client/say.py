@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import codecs
+import os
 import pathlib
 import sys
+import threading
 import time
 
 from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
@@ -47,7 +50,11 @@ def run_say(args: argparse.Namespace) -> int:
     line = LiveLine()
     wav = WavWriter(args.out) if args.out else None
     with connect(args) as client:
-        stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **request_options(args))
+        if args.text == "-":
+            stream = client.stream_text(decoder=args.decoder, backend=args.backend, **request_options(args))
+            threading.Thread(target=_feed_stdin, args=(stream,), daemon=True, name="codecstream-stdin").start()
+        else:
+            stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **request_options(args))
         try:
             for chunk in stream:
                 if wav:
@@ -84,6 +91,15 @@ def run_say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _feed_stdin(stream) -> None:
+    """Push standard input to a text stream as it arrives (an LLM piped in), then end the input."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while piece := os.read(sys.stdin.fileno(), 4096):
+        stream.push_text(decoder.decode(piece))
+    stream.push_text(decoder.decode(b"", final=True))
+    stream.end_input()
+
+
 def _reason(end: pb.End | None) -> str:
     return pb.EndReason.Name(end.reason).removeprefix("END_REASON_") if end else "no End"
 
@@ -91,7 +107,7 @@ def _reason(end: pb.End | None) -> str:
 def register_say(subparsers) -> None:
     parser = subparsers.add_parser("say", help="speak text: stream codes from a server, decode here, play and/or save")
     add_connection_arguments(parser)
-    add_request_arguments(parser)
+    add_request_arguments(parser, text_help="text to speak; '-': read it from standard input while it is written")
     parser.add_argument("--out", type=pathlib.Path, help="write a 16-bit WAV file")
     parser.add_argument("--play", action="store_true", help="play through the default output device")
     parser.add_argument(
