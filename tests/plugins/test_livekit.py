@@ -11,22 +11,13 @@ import pytest
 pytest.importorskip("livekit.agents", reason="the livekit extra: pip install './client[livekit]'")
 
 from codecstream.client.plugins.livekit import CodecstreamTTS
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
 from tests.conftest import random_codes
+from tests.plugins.conftest import sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
-
-
-def sample(server, name: str, **labels: str) -> float:
-    return server.server.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def test_the_tts_declares_streaming_and_aligned_transcripts(checkpoint):

@@ -9,7 +9,6 @@ import pytest
 pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[pipecat]'")
 
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from pipecat.frames.frames import (
     InterruptionFrame,
@@ -25,17 +24,9 @@ from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
 
 from tests.conftest import random_codes
+from tests.plugins.conftest import sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
-
-
-def sample(server, name: str, **labels: str) -> float:
-    return server.server.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 @pytest.mark.asyncio

@@ -18,6 +18,30 @@ from codecstream.client.synthesis import AsyncAudioStream, PcmChunk
 from codecstream.protocol.text_timing import WordTiming, merge_spans, word_timings
 
 
+class CompletedWords:
+    """Word timings released as a stream's segments complete: feed every chunk in order, get the
+    words of the segments whose audio just became complete (a word's time is known only once its
+    segment's frame count is). What a framework's transcript wants, as the audio plays."""
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[int, int, int, int]] = []
+        self._released = 0  # spans whose words were returned
+
+    def add(self, chunk: PcmChunk, text: str) -> list[WordTiming]:
+        self._chunks.append((chunk.first_frame, chunk.num_frames, chunk.text_start, chunk.text_end))
+        return self._release(text, keep_last=True)
+
+    def rest(self, text: str) -> list[WordTiming]:
+        """The words not yet returned, once the stream is over."""
+        return self._release(text, keep_last=False)
+
+    def _release(self, text: str, keep_last: bool) -> list[WordTiming]:
+        spans = merge_spans(self._chunks)
+        complete = spans[self._released : len(spans) - 1 if keep_last else len(spans)]
+        self._released += len(complete)
+        return word_timings(text, complete)
+
+
 class AsyncTextStream(AsyncAudioStream):
     """AsyncAudioStream fed by push_text / flush / end_input; iterate for PcmChunks."""
 

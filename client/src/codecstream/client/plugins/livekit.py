@@ -25,9 +25,10 @@ from codecstream.client.client import AsyncClient
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import CodecStreamError, InvalidRequest
 from codecstream.client.synthesis import AsyncAudioStream
+from codecstream.client.text_stream import CompletedWords
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
 from codecstream.protocol.pcm import to_pcm16
-from codecstream.protocol.text_timing import merge_spans, word_timings
+from codecstream.protocol.text_timing import WordTiming
 from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
 
@@ -102,23 +103,19 @@ def _api_error(error: CodecStreamError) -> Exception:
 
 async def _emit(stream: AsyncAudioStream, text_of, output_emitter: tts.AudioEmitter, pushed: list[int]) -> None:
     """Push the stream's audio and word timings to LiveKit, counting the frames in `pushed[0]`."""
-    spans: list[tuple[int, int, int, int]] = []
-    timed = 0
+    words = CompletedWords()
     async for chunk in stream:
-        spans.append((chunk.first_frame, chunk.num_frames, chunk.text_start, chunk.text_end))
-        merged = merge_spans(spans)
-        # Words of the segments whose audio is complete (a new one began).
-        timed = _push_words(output_emitter, text_of(), merged[timed:-1], timed)
+        _push_words(output_emitter, words.add(chunk, text_of()))
         output_emitter.push(to_pcm16(chunk.samples).tobytes())
         pushed[0] += chunk.num_frames
-    _push_words(output_emitter, text_of(), merge_spans(spans)[timed:], timed)
+    _push_words(output_emitter, words.rest(text_of()))
 
 
-def _push_words(output_emitter: tts.AudioEmitter, text: str, spans, timed: int) -> int:
-    words = [TimedString(w.word + " ", start_time=w.start_s, end_time=w.end_s) for w in word_timings(text, spans)]
-    if words:
-        output_emitter.push_timed_transcript(words)
-    return timed + len(spans)
+def _push_words(output_emitter: tts.AudioEmitter, timings: list[WordTiming]) -> None:
+    if timings:
+        output_emitter.push_timed_transcript(
+            [TimedString(w.word + " ", start_time=w.start_s, end_time=w.end_s) for w in timings]
+        )
 
 
 class ChunkedStream(tts.ChunkedStream):

@@ -27,10 +27,10 @@ from collections.abc import AsyncGenerator
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import CodecStreamError
-from codecstream.client.text_stream import AsyncTextStream
+from codecstream.client.text_stream import AsyncTextStream, CompletedWords
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
 from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
-from codecstream.protocol.text_timing import merge_spans, word_timings
+from codecstream.protocol.text_timing import WordTiming
 from loguru import logger
 from pipecat.frames.frames import (
     CancelFrame,
@@ -139,17 +139,13 @@ class CodecstreamTTSService(TTSService):
             stream.end_input()
 
     async def _read(self, context_id: str, stream: AsyncTextStream) -> None:
-        spans: list[tuple[int, int, int, int]] = []
-        timed = 0  # spans whose words were sent to Pipecat
+        words = CompletedWords()
         try:
             async for chunk in stream:
-                if not spans:
+                if self._frames_out[context_id] == 0:
                     await self.stop_ttfb_metrics()
-                spans.append((chunk.first_frame, chunk.num_frames, chunk.text_start, chunk.text_end))
                 self._frames_out[context_id] += chunk.num_frames
-                # Words of segments whose audio is complete (a new segment began).
-                merged = merge_spans(spans)
-                timed = await self._send_words(context_id, stream.text, merged[timed:-1], timed)
+                await self._send_words(context_id, words.add(chunk, stream.text))
                 await self.append_to_audio_context(
                     context_id,
                     TTSAudioRawFrame(
@@ -159,8 +155,7 @@ class CodecstreamTTSService(TTSService):
                         context_id=context_id,
                     ),
                 )
-            merged = merge_spans(spans)
-            await self._send_words(context_id, stream.text, merged[timed:], timed)
+            await self._send_words(context_id, words.rest(stream.text))
         except CodecStreamError as error:
             await self.push_error(error_msg=f"codecstream: {error}")
         finally:
@@ -170,11 +165,9 @@ class CodecstreamTTSService(TTSService):
                 await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
                 await self.remove_audio_context(context_id)
 
-    async def _send_words(self, context_id: str, text: str, spans, timed: int) -> int:
-        words = [(w.word, w.start_s) for w in word_timings(text, spans)]
-        if words:
-            await self.add_word_timestamps(words, context_id)
-        return timed + len(spans)
+    async def _send_words(self, context_id: str, timings: list[WordTiming]) -> None:
+        if timings:
+            await self.add_word_timestamps([(w.word, w.start_s) for w in timings], context_id)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Barge-in: stop the server's stream now, reporting what was handed out as played."""
