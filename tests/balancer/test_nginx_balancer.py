@@ -27,7 +27,7 @@ from tests.tcp_proxy import CuttableProxy
 FRAMES = 60
 #: What docs/server.md asks of replicas behind the balancer: NOT_SERVING for a while before the
 #: port closes, longer than the balancer's health poll plus a reload.
-DRAIN_DELAY_S = 1.0
+DRAIN_DELAY_S = 2.0
 CODES = random_codes(FRAMES, seed=21)
 
 
