@@ -15,6 +15,8 @@ from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 
+from tests.tcp_proxy import CuttableProxy
+
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
@@ -154,3 +156,17 @@ def engine_server(talker_engine):
         yield EngineServer(f"127.0.0.1:{port}", talker_engine.checkpoint, talker_engine, server)
     finally:
         talker_engine.run(server.stop(grace_s=1.0), timeout=120)
+
+
+@pytest.fixture
+def proxy_factory():
+    """Cuttable TCP proxies in front of a port (tests/tcp_proxy.py), closed after the test."""
+    proxies: list[CuttableProxy] = []
+
+    def make(port: int) -> CuttableProxy:
+        proxies.append(CuttableProxy(port))
+        return proxies[-1]
+
+    yield make
+    for proxy in proxies:
+        proxy.close()

@@ -22,7 +22,6 @@ from codecstream.protocol import save_codes_file
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import random_codes
-from tests.tcp_proxy import CuttableProxy
 
 FRAMES = 60
 #: What docs/server.md asks of replicas behind the balancer: NOT_SERVING for a while before the
@@ -196,36 +195,30 @@ def test_a_killed_replica_ends_its_streams_clearly_and_the_others_take_new_ones(
     assert all(codes is not None and len(codes) == FRAMES for _, codes, _ in later.values())
 
 
-def test_resume_after_a_cut_before_the_balancer_reaches_the_stream_s_replica(deployment):
-    proxy = CuttableProxy(int(deployment.target.rsplit(":", 1)[1]))
-    try:
-        with Client(proxy.target) as client:
-            stream = client.stream_codes("Hello.")
-            received = [next(stream).codes]
-            replica = stream.replica
-            proxy.cut()
-            received += [chunk.codes for chunk in stream]
-        assert stream.resumes >= 1 and stream.replica == replica
-        np.testing.assert_array_equal(np.concatenate(received), CODES)
-    finally:
-        proxy.close()
+def test_resume_after_a_cut_before_the_balancer_reaches_the_stream_s_replica(deployment, proxy_factory):
+    proxy = proxy_factory(int(deployment.target.rsplit(":", 1)[1]))
+    with Client(proxy.target) as client:
+        stream = client.stream_codes("Hello.")
+        received = [next(stream).codes]
+        replica = stream.replica
+        proxy.cut()
+        received += [chunk.codes for chunk in stream]
+    assert stream.resumes >= 1 and stream.replica == replica
+    np.testing.assert_array_equal(np.concatenate(received), CODES)
 
 
-def test_resume_to_a_replica_that_is_gone_is_not_found_and_a_new_stream_starts_cleanly(deployment):
-    proxy = CuttableProxy(int(deployment.target.rsplit(":", 1)[1]))
-    try:
-        with Client(proxy.target) as client:
-            stream = client.stream_codes("Hello.")
-            next(stream)
-            deployment.replicas[stream.replica].process.kill()
-            proxy.cut()
-            with pytest.raises(StreamNotFound):
-                for _ in stream:
-                    pass
-            again = np.concatenate([chunk.codes for chunk in client.stream_codes("Hello.")])
-        np.testing.assert_array_equal(again, CODES)
-    finally:
-        proxy.close()
+def test_resume_to_a_replica_that_is_gone_is_not_found_and_a_new_stream_starts_cleanly(deployment, proxy_factory):
+    proxy = proxy_factory(int(deployment.target.rsplit(":", 1)[1]))
+    with Client(proxy.target) as client:
+        stream = client.stream_codes("Hello.")
+        next(stream)
+        deployment.replicas[stream.replica].process.kill()
+        proxy.cut()
+        with pytest.raises(StreamNotFound):
+            for _ in stream:
+                pass
+        again = np.concatenate([chunk.codes for chunk in client.stream_codes("Hello.")])
+    np.testing.assert_array_equal(again, CODES)
 
 
 def test_with_every_replica_gone_a_new_stream_is_unavailable_at_once(deployment):

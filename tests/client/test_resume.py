@@ -17,7 +17,6 @@ from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes
-from tests.tcp_proxy import CuttableProxy
 
 FRAMES = 120
 
@@ -25,19 +24,6 @@ FRAMES = 120
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
-
-
-@pytest.fixture
-def proxy_factory():
-    proxies: list[CuttableProxy] = []
-
-    def make(port: int) -> CuttableProxy:
-        proxies.append(CuttableProxy(port))
-        return proxies[-1]
-
-    yield make
-    for proxy in proxies:
-        proxy.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import threading
 import time
 
 import grpc
-import pytest
 from codecstream.client import Client
 from codecstream.server.app import Keepalive
 from codecstream.server.limits import ServerLimits
@@ -19,20 +18,6 @@ from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
 from tests.conftest import random_codes
-from tests.tcp_proxy import CuttableProxy
-
-
-@pytest.fixture
-def proxy_factory():
-    proxies: list[CuttableProxy] = []
-
-    def make(port: int) -> CuttableProxy:
-        proxies.append(CuttableProxy(port))
-        return proxies[-1]
-
-    yield make
-    for proxy in proxies:
-        proxy.close()
 
 
 def sample(server, name: str, **labels) -> float:

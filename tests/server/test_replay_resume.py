@@ -7,20 +7,6 @@ from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes
-from tests.tcp_proxy import CuttableProxy
-
-
-@pytest.fixture
-def proxy_factory():
-    proxies = []
-
-    def make(port: int) -> CuttableProxy:
-        proxies.append(CuttableProxy(port))
-        return proxies[-1]
-
-    yield make
-    for proxy in proxies:
-        proxy.close()
 
 
 def test_stream_survives_a_cut_connection_with_identical_frames(replay_server_factory, proxy_factory):

@@ -290,13 +290,13 @@ class TextStream(AudioStream):
     """Blocking twin of AsyncTextStream: push_text / flush / end_input, iterate for PcmChunks."""
 
     def push_text(self, text: str) -> None:
-        self._loop.run(_call(self._stream.push_text, text))
+        self._loop.call_soon(self._stream.push_text, text)
 
     def flush(self) -> None:
-        self._loop.run(_call(self._stream.flush))
+        self._loop.call_soon(self._stream.flush)
 
     def end_input(self) -> None:
-        self._loop.run(_call(self._stream.end_input))
+        self._loop.call_soon(self._stream.end_input)
 
     @property
     def text(self) -> str:
@@ -312,11 +312,6 @@ class TextStream(AudioStream):
     @property
     def heard_text(self) -> str | None:
         return self._stream.heard_text
-
-
-async def _call(function, *args):
-    """Run `function` on the client's loop (the stream's queues belong to it)."""
-    return function(*args)
 
 
 class Client:
