@@ -47,9 +47,11 @@ BACKENDS = {
     "onnx-int8": ("onnx", "int8"),
     "pte-int8": ("pte", "int8"),
     "pt2-bf16": ("pt2", "bf16"),
+    "pt2-bf16-mixed": ("pt2", "bf16-mixed"),
 }
 CHUNKS = (1, 2, 4, 8, 16, 25)
 PARITY_FRAMES = 100
+FIRST_STREAM_FRAMES = 80  # the ramp 2, 4, 8, 16, 25 and a 25-frame chunk
 
 
 def audio_seconds_per_call_budget(chunk: int) -> int:
@@ -72,15 +74,23 @@ def worker(args: argparse.Namespace) -> None:
     fmt, _ = BACKENDS[args.worker]
     decoder = open_decoder(args.source, backend=fmt, threads=args.threads, warm_up=False)
     load_s = time.perf_counter() - started
-    result: dict = {"backend": args.worker, "description": decoder.description, "load_s": round(load_s, 3)}
+    result: dict = {
+        "backend": args.worker,
+        "description": decoder.description,
+        "load_s": round(load_s, 3),
+        # From the driver's spawn of this process (interpreter start and imports included) to a
+        # decoder that can decode: what a client waits before its first chunk could be decoded.
+        "ready_s": round(time.time() - args.spawned_at, 3),
+    }
 
     began = time.perf_counter()
     decoder.decode(codes(2, 1))
     result["first_chunk_2_frames_cold_ms"] = round((time.perf_counter() - began) * 1000, 2)
-    decoder.reset()
     began = time.perf_counter()
-    decoder.decode(codes(2, 2))
-    result["first_chunk_2_frames_ms"] = round((time.perf_counter() - began) * 1000, 2)
+    decoder.warm_up()  # what open_decoder does by default, after that one cold call
+    result["warm_up"] = {"sizes": list(decoder.warm_up_sizes), "seconds": round(time.perf_counter() - began, 3)}
+    result["first_stream_after_load"] = first_stream(decoder)
+    result["first_chunk_2_frames_ms"] = result["first_stream_after_load"][0]["ms"]
 
     per_chunk = {}
     for chunk in args.chunks:
@@ -117,6 +127,19 @@ def worker(args: argparse.Namespace) -> None:
     result["parity_snr_db"] = round(snr_db(reference, np.concatenate(pieces)), 2)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def first_stream(decoder) -> list[dict]:
+    """The first stream after the warm-up, chunk by chunk along the default ramp: with every
+    size warmed, each chunk costs what the steady medians say (no first-shape cost)."""
+    decoder.reset()
+    stream, start, chunks = codes(FIRST_STREAM_FRAMES, 4), 0, []
+    for size in _ramp(FIRST_STREAM_FRAMES):
+        began = time.perf_counter()
+        decoder.decode(stream[start : start + size])
+        chunks.append({"frames": size, "ms": round((time.perf_counter() - began) * 1000, 2)})
+        start += size
+    return chunks
 
 
 def _ramp(frames: int) -> list[int]:
@@ -176,6 +199,30 @@ def artifact_size_mb(directory: pathlib.Path, backend: str) -> float | None:
     return round(manifest["artifacts"][fmt]["size_bytes"] / 1e6, 1)
 
 
+READY_RUNS = 5
+_READY_SCRIPT = (
+    "import sys, time\n"
+    "from codecstream.client.runtimes import open_decoder\n"
+    "open_decoder(sys.argv[1], backend=sys.argv[2], threads=int(sys.argv[3]), warm_up=False)\n"
+    "print(time.time())\n"
+)
+
+
+def ready_seconds(backend: str, source: pathlib.Path, threads: int) -> list[float]:
+    """Process start to a decoder that can decode, in fresh interpreters (the file in the page
+    cache after the first): the import, the open and the integrity check, no warm-up."""
+    fmt, _ = BACKENDS[backend]
+    runs = []
+    for _ in range(READY_RUNS):
+        spawned = time.time()
+        done = subprocess.run(
+            [sys.executable, "-c", _READY_SCRIPT, str(source), fmt, str(threads)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )  # fmt: skip
+        runs.append(round(float(done.stdout.split()[-1]) - spawned, 3))
+    return runs
+
+
 def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args: argparse.Namespace) -> dict:
     command = [
         sys.executable,
@@ -190,6 +237,8 @@ def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args
         str(args.threads),
         "--chunks",
         ",".join(map(str, args.chunks)),
+        "--spawned-at",
+        repr(time.time()),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
@@ -197,6 +246,79 @@ def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args
     if done.returncode != 0 or not lines:
         return {"backend": backend, "error": (done.stderr or done.stdout)[-2000:]}
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def machine_speed() -> dict:
+    """This machine's speed right now: GEMM throughput (fp32 through torch and numpy, bf16 through
+    torch) and memory read bandwidth, best of a few calls.
+
+    The cores are shared with other tenants of the host, and decode times move with them (~1.5x
+    between runs at the same load average); recording this next to each timing lets a reader tell
+    a slower decoder from a slower machine, and how far a decoder is from the machine's floor.
+    """
+    import torch
+
+    def best_seconds(call, repeats: int = 5) -> float:
+        call()
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    n = 1024
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    big = torch.randn(64 * 1024 * 1024)
+    flops = 2 * n**3
+    return {
+        "gemm_fp32_gflops": round(flops / best_seconds(lambda: a @ b) / 1e9, 1),
+        "gemm_fp32_numpy_gflops": round(flops / best_seconds(lambda: a.numpy() @ b.numpy()) / 1e9, 1),
+        "gemm_bf16_gflops": round(flops / best_seconds(lambda: a16 @ b16, repeats=2) / 1e9, 1),
+        "memory_read_gb_per_s": round(big.numel() * 4 / best_seconds(big.sum) / 1e9, 1),
+    }
+
+
+def work_per_call(checkpoint: pathlib.Path, chunks: list[int]) -> dict:
+    """Multiply-adds (as FLOPs) of one stateful step per chunk size, counted on the eager model, and
+    the weight bytes a call reads at fp32: the two floors a call's time is compared with."""
+    import torch
+    from codecstream.decoder import StatefulDecoderStep, load_decoder
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = load_decoder(checkpoint)
+    step = StatefulDecoderStep(model)
+    state = step.initial_state()
+    flops = {}
+    with torch.inference_mode():
+        for chunk in chunks:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                step(torch.zeros(1, chunk, 16, dtype=torch.int64), *state)
+            flops[str(chunk)] = counter.get_total_flops()
+    # The codebooks are gathered row by row, not read whole: they are not part of a call's reads.
+    weights = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("quantizer."))
+    return {"flops": flops, "fp32_weight_bytes": weights * 4}
+
+
+def add_floor_fractions(row: dict, work: dict, speed: dict) -> None:
+    """Beside each chunk size's median: the GEMM rate it reaches as a fraction of the machine's best
+    (bf16 rows against the bf16 rate), and its weight reads as a fraction of the read bandwidth."""
+    _, dtype = BACKENDS[row["backend"]]
+    if dtype.startswith("bf16"):
+        peak = speed["gemm_bf16_gflops"]
+    else:
+        peak = max(speed["gemm_fp32_gflops"], speed["gemm_fp32_numpy_gflops"])
+    # An artifact holds its weights as stored (bf16, int8 or fp32): its size is what a call reads.
+    weight_bytes = row["artifact_mb"] * 1e6 if row.get("artifact_mb") else work["fp32_weight_bytes"]
+    for chunk, timing in row.get("chunks", {}).items():
+        rate = work["flops"][chunk] / (timing["median_ms"] / 1000)
+        timing["gflops"] = round(rate / 1e9, 1)
+        timing["fraction_of_gemm_peak"] = round(rate / 1e9 / peak, 3)
+        timing["fraction_of_read_bandwidth"] = round(
+            weight_bytes / (timing["median_ms"] / 1000) / 1e9 / speed["memory_read_gb_per_s"], 3
+        )
 
 
 def machine() -> dict:
@@ -268,6 +390,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
     parser.add_argument("--reference", type=pathlib.Path, help=argparse.SUPPRESS)
+    parser.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -275,6 +398,9 @@ def main() -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = ensure_checkpoint()
     reference = ensure_reference(checkpoint)
+    work = work_per_call(checkpoint, args.chunks)
+    speed = machine_speed()
+    print(f"[artifact_bench] machine speed: {speed}", file=sys.stderr, flush=True)
     load_before = os.getloadavg()
     rows = []
     for backend in args.backends.split(","):
@@ -286,6 +412,9 @@ def main() -> None:
         )
         row = run_worker(backend, source, reference, args)
         row["artifact_mb"] = artifact_size_mb(source, backend)
+        row["ready_s_runs"] = ready_seconds(backend, source, args.threads)
+        row["ready_s_median"] = float(np.median(row["ready_s_runs"]))
+        add_floor_fractions(row, work, speed)
         if export_s is not None:
             row["export_s"] = export_s
         rows.append(row)
@@ -297,6 +426,8 @@ def main() -> None:
         "threads": args.threads,
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "machine_speed": speed,
+        "work_per_call": work,
         "versions": versions(),
         "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

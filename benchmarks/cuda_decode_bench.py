@@ -1,78 +1,199 @@
-"""The stateful decoder on a CUDA GPU: per-chunk latency, RTF and parity, eager torch fp32 and bf16.
+"""The client's torch runtime on a CUDA GPU, measured as a client gets it: latency per chunk, first chunks, parity.
 
-    python benchmarks/cuda_decode_bench.py --out benchmarks/results/cuda_decode_bench.json
+    PYTHONPATH=protocol/src:decoder/src:client/src \\
+        python benchmarks/cuda_decode_bench.py --out benchmarks/results/cuda_decode_bench.json
 
-Runs the client's eager torch runtime (`open_decoder(checkpoint, backend="torch")`, which decodes
-on the GPU when torch sees one) on a real-size random-weight checkpoint built on the spot, at chunk
-sizes C in {1, 2, 4, 8, 16, 25}: median and p90 per call (the call returns float32 numpy on the
-host, so each includes the copy back), RTF, the first 2-frame chunk of a fresh stream, peak GPU
-memory; plus a bf16 copy of the model through the decoder package directly. Parity: SNR of the
-streamed audio against the fp32 full-utterance decode on the same GPU with TF32 off.
-Needs only torch, numpy, safetensors, grpcio and protobuf next to the repository's sources
-(PYTHONPATH=protocol/src:decoder/src:client/src), so it runs on a bare GPU machine.
+On a real-size random-weight checkpoint built on the spot, one row per way of running the runtime:
+  - `open_decoder(checkpoint, backend="torch")`, what a client gets: fp32 with TF32 off, the step
+    replayed from CUDA graphs, warmed up (the default ramp's graphs captured). It is the first
+    CUDA work of the process, so its load_s includes creating the CUDA context;
+  - `EagerTorchDecoder(precision=...)` "tf32", "bf16" and "bf16-mixed", warmed up as open_decoder does;
+  - `EagerTorchDecoder(cuda_graphs=False)`: the eager step in fp32, TF32 off, for comparison.
+Per row: median, p90 and min per call at C in {1, 2, 4, 8, 16, 25} (a call returns float32 numpy on
+the host, so each includes the copy back; the first call of each size is not timed: it may capture a
+graph), RTF; the first stream after load, chunk by chunk along the default ramp (its first chunk is
+the first 2-frame chunk of a fresh stream); load_s (open and warm-up, captures included); each
+graph's capture time; peak GPU memory; parity SNR of that first stream's audio against the fp32
+full-utterance decode on the CPU (the reference) and on this GPU with TF32 off.
+Plus 4 streams of the default decoder decoding at once from threads against the same streams one
+after another, and the cost of copying a stream's state into the graphs' buffers and back.
+The script sets no torch flags of its own: the TF32 flags are recorded before and after the run.
+Needs only torch, numpy, safetensors, grpcio and protobuf next to the repository's sources, so it
+runs on a bare GPU machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import gc
 import json
+import os
 import pathlib
 import platform
 import shlex
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
+from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.pcm import snr_db
 
 CHUNKS = (1, 2, 4, 8, 16, 25)
 FRAME_SECONDS = 0.08
 PARITY_FRAMES = 200
+STREAMS = 4
+STREAM_FRAMES = 100
+PRIMED_FRAMES = 100
 
 
 def codes(frames: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
 
-def measure(decode, reset, calls_for) -> dict:
-    """Latency per chunk size over a stream that carries the state; first 2-frame chunk after a reset."""
-    reset()
-    decode(codes(2, 1))  # warm-up: CUDA context, kernels, allocator
-    reset()
-    began = time.perf_counter()
-    decode(codes(2, 2))
-    result = {"first_chunk_2_frames_ms": round((time.perf_counter() - began) * 1000, 3), "chunks": {}}
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def per_chunk_size(decoder, calls: int) -> dict:
+    """Latency per chunk size over a stream that carries its state."""
+    result = {}
     for chunk in CHUNKS:
-        calls = calls_for(chunk)
-        stream = codes(chunk * (calls + 2), 3)
-        reset()
-        decode(stream[:chunk])
+        stream = codes(chunk * (calls + 1), 3)
+        decoder.reset()
+        decoder.decode(stream[:chunk])
         times = []
         for index in range(1, calls + 1):
             began = time.perf_counter()
-            decode(stream[index * chunk : (index + 1) * chunk])
+            decoder.decode(stream[index * chunk : (index + 1) * chunk])
             times.append(time.perf_counter() - began)
         median = float(np.median(times))
-        result["chunks"][str(chunk)] = {
+        result[str(chunk)] = {
             "calls": calls,
-            "median_ms": round(median * 1000, 3),
-            "p90_ms": round(float(np.percentile(times, 90)) * 1000, 3),
+            "median_ms": ms(median),
+            "p90_ms": ms(float(np.percentile(times, 90))),
+            "min_ms": ms(min(times)),
             "rtf": round(median / (chunk * FRAME_SECONDS), 5),
         }
     return result
 
 
-def streamed(decode, reset, all_codes: np.ndarray) -> np.ndarray:
-    from codecstream.protocol.chunking import ChunkSchedule
-
-    reset()
-    pieces, start = [], 0
+def timed_stream(stream, all_codes: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    """Decode along the default chunk ramp: the audio, and each chunk's size and time."""
+    pieces, chunks, start = [], [], 0
     for size in ChunkSchedule().split(len(all_codes)):
-        pieces.append(decode(all_codes[start : start + size]))
+        began = time.perf_counter()
+        pieces.append(stream.decode(all_codes[start : start + size]))
+        chunks.append({"frames": size, "ms": ms(time.perf_counter() - began)})
         start += size
-    return np.concatenate(pieces)
+    return np.concatenate(pieces), chunks
+
+
+def measure_row(name: str, open_row, parity_codes: np.ndarray, calls: int) -> tuple[object, dict, dict]:
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    began = time.perf_counter()
+    decoder = open_row()
+    load_s = time.perf_counter() - began
+    at_load = sorted(decoder.capture_seconds)
+    pcm, chunks = timed_stream(decoder.new_stream(), parity_codes)
+    primed = decoder.new_stream()
+    primed.prime(parity_codes[:PRIMED_FRAMES])
+    audio = {"first_stream": pcm, "primed": timed_stream(primed, parity_codes[PRIMED_FRAMES:])[0]}
+    row = {
+        "row": name,
+        "description": decoder.description,
+        "precision": decoder.precision,
+        "dtype": decoder.dtype,
+        "load_s": round(load_s, 3),
+        "first_chunk_2_frames_ms": chunks[0]["ms"],
+        "first_stream_after_load": chunks,
+        "chunks": per_chunk_size(decoder, calls),
+        "graphs_captured_at_load": at_load,
+        "graph_capture_ms": {str(size): ms(seconds) for size, seconds in sorted(decoder.capture_seconds.items())},
+        "peak_gpu_memory_mb": round((torch.cuda.max_memory_allocated() - baseline) / 2**20, 1),
+    }
+    print(f"{name}: {json.dumps(row)}", flush=True)
+    return decoder, row, audio
+
+
+def concurrent_streams(decoder) -> dict:
+    """STREAMS streams of one decoder, each chunk decoded by all of them at once from threads."""
+    utterances = [codes(STREAM_FRAMES, 20 + index) for index in range(STREAMS)]
+    began = time.perf_counter()
+    sequential = [timed_stream(decoder.new_stream(), utterance)[0] for utterance in utterances]
+    sequential_s = time.perf_counter() - began
+    results: list[np.ndarray | None] = [None] * STREAMS
+    in_step = threading.Barrier(STREAMS)
+    sizes = ChunkSchedule().split(STREAM_FRAMES)
+
+    def decode(index: int) -> None:
+        stream, pieces, start = decoder.new_stream(), [], 0
+        for size in sizes:
+            in_step.wait(60)
+            pieces.append(stream.decode(utterances[index][start : start + size]))
+            start += size
+        results[index] = np.concatenate(pieces)
+
+    threads = [threading.Thread(target=decode, args=(index,)) for index in range(STREAMS)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    concurrent_s = time.perf_counter() - began
+    return {
+        "streams": STREAMS,
+        "frames_per_stream": STREAM_FRAMES,
+        "chunks": sizes,
+        "pcm_equal_to_sequential": all(np.array_equal(a, b) for a, b in zip(results, sequential, strict=True)),
+        "max_abs_difference": max(float(np.max(np.abs(a - b))) for a, b in zip(results, sequential, strict=True)),
+        "sequential_s": round(sequential_s, 3),
+        "concurrent_s": round(concurrent_s, 3),
+    }
+
+
+def state_copy_cost(model) -> dict:
+    """What the graph runtime adds per call to move a stream's state in and out of the static buffers."""
+    import torch
+    from codecstream.client.runtimes.cuda_graphs import StreamState
+    from codecstream.decoder import StatefulDecoderStep
+
+    step = StatefulDecoderStep(model)
+    with torch.inference_mode():
+        own, static = StreamState(step), StreamState(step)
+        times = []
+        for _ in range(210):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            static.copy_(own)
+            own.copy_(static)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - began)
+    return {
+        "state_mb": round(own.nbytes / 2**20, 2),
+        "copy_in_and_out_median_ms": ms(float(np.median(times[10:]))),
+        "note": "two device-to-device copies each way, timed with a synchronize on each side",
+    }
+
+
+def tf32_flags() -> dict:
+    import torch
+
+    if hasattr(torch.backends.cudnn, "conv"):
+        return {
+            "cuda.matmul.fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+            "cudnn.conv.fp32_precision": torch.backends.cudnn.conv.fp32_precision,
+        }
+    return {
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+    }
 
 
 def onnxruntime_note() -> str:
@@ -90,12 +211,6 @@ def onnxruntime_note() -> str:
     return f"available ({providers}) but not measured by this script"
 
 
-def peak_memory_mb(cuda: bool) -> float | None:
-    import torch
-
-    return round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, required=True)
@@ -105,74 +220,86 @@ def main() -> None:
 
     import torch
     from codecstream.client.runtimes import open_decoder
-    from codecstream.decoder import StatefulDecoder, load_decoder
+    from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
+    from codecstream.decoder import decode_utterance, load_decoder
     from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    flags_before = tf32_flags()
     checkpoint = write_speech_tokenizer(pathlib.Path(tempfile.mkdtemp()) / args.preset, preset=args.preset, seed=0)
-    began = time.perf_counter()
-    decoder = open_decoder(checkpoint, backend="torch")
-    load_s = time.perf_counter() - began
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cuda = device.type == "cuda"
     parity_codes = codes(PARITY_FRAMES, 9)
-    with torch.inference_mode():
-        model = load_decoder(checkpoint).to(device)
-        reference = model(torch.from_numpy(parity_codes.astype(np.int64))[None].to(device))[0].float().cpu().numpy()
+    began = time.perf_counter()
+    reference = decode_utterance(load_decoder(checkpoint), parity_codes)
+    cpu_reference_s = time.perf_counter() - began
 
-    rows = []
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    fp32 = measure(decoder.decode, decoder.reset, lambda chunk: args.calls)
-    fp32.update(
-        backend="eager torch fp32 (open_decoder, backend='torch')",
-        description=decoder.description,
-        load_s=round(load_s, 3),
-        peak_gpu_memory_mb=peak_memory_mb(cuda),
-        parity_snr_db=round(snr_db(reference, streamed(decoder.decode, decoder.reset, parity_codes)), 2),
-    )
-    rows.append(fp32)
+    def warmed(**options):
+        def open_row():
+            decoder = EagerTorchDecoder(checkpoint, None, **options)
+            decoder.warm_up()  # as open_decoder does
+            return decoder
 
-    bf16_model = copy.deepcopy(model).to(torch.bfloat16)
+        return open_row
 
-    class OnDevice(StatefulDecoder):
-        def codes_tensor(self, values):
-            return super().codes_tensor(values).to(device)
+    rows, audio = [], []
+    openers = [
+        ("open_decoder(backend='torch'): fp32 TF32 off, graphs", lambda: open_decoder(checkpoint, backend="torch")),
+        ("precision='tf32', CUDA graphs", warmed(precision="tf32")),
+        ("precision='bf16', CUDA graphs", warmed(precision="bf16")),
+        ("precision='bf16-mixed', CUDA graphs", warmed(precision="bf16-mixed")),
+        ("cuda_graphs=False: eager fp32, TF32 off", warmed(cuda_graphs=False)),
+    ]
+    for index, (name, open_row) in enumerate(openers):
+        decoder, row, pcm = measure_row(name, open_row, parity_codes, args.calls)
+        if index == 0:
+            concurrent = concurrent_streams(decoder)
+            print(f"concurrent: {json.dumps(concurrent)}", flush=True)
+        rows.append(row)
+        audio.append(pcm)
+        del decoder  # its graphs and weights, before the next row's peak memory is measured
 
-    bf16 = OnDevice(bf16_model)
+    from codecstream.client.runtimes.cuda_graphs import float32_precision
 
-    def bf16_decode(values):
-        return bf16.decode_tensor(values).float().cpu().numpy()
+    gpu_model = load_decoder(checkpoint).to("cuda")
+    state_copy = state_copy_cost(gpu_model)
+    with float32_precision(tf32=False), torch.inference_mode():
+        gpu_codes = torch.from_numpy(parity_codes.astype(np.int64))[None].to("cuda")
+        gpu_reference = gpu_model(gpu_codes)[0].float().cpu().numpy()
+    tail = len(reference) // PARITY_FRAMES * PRIMED_FRAMES
+    for row, pcm in zip(rows, audio, strict=True):
+        row["parity_snr_db_vs_cpu_fp32"] = round(snr_db(reference, pcm["first_stream"]), 2)
+        row["parity_snr_db_vs_gpu_fp32"] = round(snr_db(gpu_reference, pcm["first_stream"]), 2)
+        # A stream primed with the first frames, then decoding the rest: priming stays eager.
+        row["primed_parity_snr_db_vs_cpu_fp32"] = round(snr_db(reference[tail:], pcm["primed"]), 2)
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    row = measure(bf16_decode, bf16.reset, lambda chunk: args.calls)
-    row.update(
-        backend="eager torch bf16 (codecstream.decoder StatefulDecoder, bf16 copy)",
-        peak_gpu_memory_mb=peak_memory_mb(cuda),
-        parity_snr_db=round(snr_db(reference, streamed(bf16_decode, bf16.reset, parity_codes)), 2),
-    )
-    rows.append(row)
-
-    gpu = torch.cuda.get_device_properties(0) if cuda else None
+    gpu = torch.cuda.get_device_properties(0)
     results = {
         "benchmark": "cuda_decode_bench",
         "mode": "stateful",
         "decoder": f"random weights (codecstream.decoder.random_checkpoint preset={args.preset} seed=0)",
         "machine": {
-            "gpu": gpu.name if gpu else None,
-            "gpu_memory_gb": round(gpu.total_memory / 1e9, 1) if gpu else None,
+            "gpu": gpu.name,
+            "gpu_memory_gb": round(gpu.total_memory / 1e9, 1),
+            "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
-        "parity_reference": f"fp32 full-utterance decode on the same GPU, TF32 off, {PARITY_FRAMES} frames, "
-        "chunks 2-4-8-16-25",
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "numpy": np.__version__,
+        },
+        "parity_reference": f"fp32 full-utterance decode on the CPU ({torch.get_num_threads()} threads, "
+        f"{cpu_reference_s:.1f} s), {PARITY_FRAMES} frames; each row streams them along the default ramp "
+        f"{ChunkSchedule().split(PARITY_FRAMES)} as the first stream after load; primed parity: a stream "
+        f"primed with the first {PRIMED_FRAMES} frames decodes the rest",
+        "gpu_reference_snr_db_vs_cpu": round(snr_db(reference, gpu_reference), 2),
+        "tf32_flags": {"before": flags_before, "after": tf32_flags()},
         "onnxruntime_cuda": onnxruntime_note(),
         "command": shlex.join(["python", *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "backends": rows,
+        "rows": rows,
+        "concurrent_streams": concurrent,
+        "state_copy": state_copy,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -68,31 +68,6 @@ def cpu_pressure() -> float | None:
     return float(first.split("avg10=")[1].split()[0])
 
 
-def machine_speed() -> dict:
-    """This machine's speed right now: fp32 GEMM throughput and memory read bandwidth, best of a few.
-
-    The cores are shared with other tenants of the host, and decode times move with them (~1.5x
-    between runs at the same load average); recording this next to each timing lets a reader tell
-    a slower decoder from a slower machine.
-    """
-    import torch
-
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    big = torch.randn(64 * 1024 * 1024)
-    gemm, read = [], []
-    for _ in range(10):
-        start = time.perf_counter()
-        a @ b
-        gemm.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        big.sum()
-        read.append(time.perf_counter() - start)
-    return {
-        "gemm_fp32_gflops": round(2 * 1024**3 / min(gemm) / 1e9, 1),
-        "memory_read_gb_per_s": round(big.numel() * 4 / min(read) / 1e9, 1),
-    }
-
-
 def bench_codes(frames: int) -> np.ndarray:
     return np.random.default_rng(1234).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
@@ -193,7 +168,11 @@ def worker_stream(args) -> dict:
             **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 :][: frames * 1920], streamed).items()},
         }
         log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
-    out = {"chunks": results, "peak_rss_mb": round(peak_rss_mb(), 1), "machine_speed_after": machine_speed()}
+    out = {
+        "chunks": results,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "machine_speed_after": artifact_bench.machine_speed(),
+    }
     if cold is not None:
         out["cold_process_first_2_frame_chunk_ms"] = cold
     return out
@@ -315,7 +294,10 @@ def measure_backend(name: str, args) -> dict:
     row = artifact_bench.run_worker(name, source, reference, args)
     row["artifact_mb"] = artifact_bench.artifact_size_mb(source, name)
     row["cpu_pressure_avg10_after"] = cpu_pressure()
-    row["machine_speed_after"] = machine_speed()
+    row["machine_speed_after"] = artifact_bench.machine_speed()
+    artifact_bench.add_floor_fractions(
+        row, artifact_bench.work_per_call(checkpoint, args.chunks), row["machine_speed_after"]
+    )
     if export_s is not None:
         row["export_s"] = export_s
     return row
@@ -332,7 +314,7 @@ def drive(args) -> None:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "threads": args.threads,
         "machine": machine(),
-        "machine_speed_at_start": machine_speed(),
+        "machine_speed_at_start": artifact_bench.machine_speed(),
         "versions": versions(),
         "precision": "fp32, eager PyTorch",
         "checkpoint": "random weights, real size (114.3 M parameters), seed 0; codes uniform random, seed 1234",

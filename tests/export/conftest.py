@@ -32,6 +32,7 @@ EXPORTS = [
     ("pt2", "stateful", "fp32"),
     ("pt2", "windowed", "fp32"),
     ("pt2", "stateful", "bf16"),
+    ("pt2", "stateful", "bf16-mixed"),
 ]
 MAX_CHUNK_FRAMES = 25
 PARALLEL_EXPORTS = 2

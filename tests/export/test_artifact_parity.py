@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codecstream.client.runtimes import open_decoder
+from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
 from codecstream.export.parity import stream_through
-from codecstream.protocol.chunking import ChunkSchedule
+from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
+from codecstream.protocol.manifest import read_manifest
 from codecstream.protocol.pcm import snr_db
 
 from .conftest import MAX_CHUNK_FRAMES, random_codes
@@ -119,6 +120,22 @@ def test_quantized_artifacts_decode_with_their_parity_reported(key, artifacts, u
     assert snr > 10
 
 
+def test_the_mixed_precision_artifact_keeps_fp32_where_plain_bf16_loses_most(artifacts, utterance):
+    """bf16-mixed rounds only the matrix products of the front and first conv blocks; the state
+    and the last blocks stay fp32. On the tiny preset it gave ~47 dB against plain bf16's ~19
+    (at real size 61 against 39, precision_bench.json); its state is float32 in the manifest."""
+    codes, full = utterance
+    snrs = {}
+    for dtype in ("bf16", "bf16-mixed"):
+        decoder = open_decoder(artifacts[("pt2", "stateful", dtype)], backend="pt2")
+        assert decoder.dtype == dtype
+        snrs[dtype] = snr_db(full, stream_through(decoder, codes, RAMP)[0])
+    manifest = read_manifest(artifacts[("pt2", "stateful", "bf16-mixed")])
+    assert {spec.dtype for spec in manifest.state} == {"int64", "float32"}
+    assert snrs["bf16-mixed"] > 35
+    assert snrs["bf16-mixed"] > snrs["bf16"] + 15, snrs
+
+
 def test_every_artifact_and_its_checkpoint_carry_the_same_codec_spec_and_digest(artifacts, tiny_checkpoint):
     specs = {open_decoder(path, backend=key[0]).codec.SerializeToString() for key, path in artifacts.items()}
     specs.add(open_decoder(tiny_checkpoint).codec.SerializeToString())
@@ -135,3 +152,22 @@ def test_warm_up_at_load_leaves_no_context_behind(mode, artifacts, tiny_checkpoi
         warm = open_decoder(source, backend=backend).decode(codes)
         # Two silent frames left in the state would change the first chunk's audio by far more.
         assert snr_db(cold, warm) > 100, backend
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_warm_up_decodes_each_size_its_runtime_needs_warmed(fmt, artifacts):
+    """torch and ExecuTorch plan each input shape on its first call, so every size of the default
+    ramp is decoded once at load; ONNX Runtime's CPU kernels are shape-independent (one call)."""
+    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt, warm_up=False)
+    expected = (DEFAULT_RAMP[0],) if fmt == "onnx" else DEFAULT_RAMP
+    assert decoder.warm_up_sizes == expected
+    decoded = []
+    real = decoder._decode_chunk
+    decoder._decode_chunk = lambda codes: decoded.append(len(codes)) or real(codes)
+    decoder.warm_up()
+    assert tuple(decoded) == expected
+
+
+def test_a_precision_is_refused_for_an_artifact_which_decodes_in_its_exported_dtype(artifacts):
+    with pytest.raises(DecoderLoadError, match="precision 'bf16' applies to the torch backend on a checkpoint"):
+        open_decoder(artifacts[("onnx", "stateful", "fp32")], precision="bf16")

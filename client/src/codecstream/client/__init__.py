@@ -1,33 +1,44 @@
-"""codecstream client: receive codec tokens over gRPC and turn them into audio on the device."""
+"""codecstream client: receive codec tokens over gRPC and turn them into audio on the device.
 
-from importlib.metadata import PackageNotFoundError, version
+The names below are imported on first use: a program that only decodes
+(`codecstream.client.runtimes`) does not pay for gRPC and the streaming client at start-up
+(0.2 s of the 1.5 s a decoder has to be ready in; docs/performance.md).
+"""
 
-from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, TextStream
-from codecstream.client.code_stream import AsyncCodeStream
-from codecstream.client.errors import (
-    CodecMismatch,
-    CodecStreamError,
-    DeadlineExceeded,
-    InvalidRequest,
-    ResourceExhausted,
-    ResumeFailed,
-    ResumeOutOfRange,
-    ServerError,
-    StreamEnded,
-    StreamNotFound,
-    Unauthenticated,
-    Unavailable,
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_ERRORS = (
+    "CodecMismatch",
+    "CodecStreamError",
+    "DeadlineExceeded",
+    "InvalidRequest",
+    "ResourceExhausted",
+    "ResumeFailed",
+    "ResumeOutOfRange",
+    "ServerError",
+    "StreamEnded",
+    "StreamNotFound",
+    "Unauthenticated",
+    "Unavailable",
 )
-from codecstream.client.requests import StartOptions
-from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
-from codecstream.client.text_stream import AsyncTextStream
-from codecstream.protocol.text_timing import WordTiming
-
-try:  # the version lives once, in pyproject.toml
-    __version__ = version("codecstream-client")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "unknown"
-
+#: public name -> the module that defines it
+_MODULES = {
+    **{
+        name: "codecstream.client.client"
+        for name in ("AsyncClient", "AudioStream", "Client", "CodeStream", "TextStream")
+    },
+    **{name: "codecstream.client.errors" for name in _ERRORS},
+    "AsyncCodeStream": "codecstream.client.code_stream",
+    "StartOptions": "codecstream.client.requests",
+    "AsyncAudioStream": "codecstream.client.synthesis",
+    "AudioStreamStats": "codecstream.client.synthesis",
+    "PcmChunk": "codecstream.client.synthesis",
+    "AsyncTextStream": "codecstream.client.text_stream",
+    "WordTiming": "codecstream.protocol.text_timing",
+}
 __all__ = [
     "AsyncAudioStream",
     "AsyncClient",
@@ -54,3 +65,51 @@ __all__ = [
     "Unavailable",
     "WordTiming",
 ]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the version lives once, in pyproject.toml
+        return version("codecstream-client")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def __getattr__(name: str):
+    if name == "__version__":  # importlib.metadata costs 50 ms at start-up
+        globals()[name] = _version()
+        return globals()[name]
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULES])
+
+
+if TYPE_CHECKING:
+    from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, TextStream
+    from codecstream.client.code_stream import AsyncCodeStream
+    from codecstream.client.errors import (
+        CodecMismatch,
+        CodecStreamError,
+        DeadlineExceeded,
+        InvalidRequest,
+        ResourceExhausted,
+        ResumeFailed,
+        ResumeOutOfRange,
+        ServerError,
+        StreamEnded,
+        StreamNotFound,
+        Unauthenticated,
+        Unavailable,
+    )
+    from codecstream.client.requests import StartOptions
+    from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
+    from codecstream.client.text_stream import AsyncTextStream
+    from codecstream.protocol.text_timing import WordTiming

@@ -42,7 +42,13 @@ class CausalConv1d(nn.Module):
         self.im2col = kernel_size > 1 and groups == 1 and in_channels >= GEMM_MIN_CHANNELS
 
     def _valid(self, padded: torch.Tensor) -> torch.Tensor:
-        """The 'valid' convolution of an already left-padded input: output length = input - context."""
+        """The 'valid' convolution of an already left-padded input: output length = input - context.
+
+        Computes in the weights' dtype and returns the input's: a layer given bf16 weights in an
+        fp32 model (`precision.mixed_precision`) keeps the activations and the state in fp32.
+        """
+        if padded.dtype != self.conv.weight.dtype:
+            return self._valid(padded.to(self.conv.weight.dtype)).to(padded.dtype)
         if self.pointwise:
             return _matmul(self.conv.weight[:, :, 0], padded) + self.conv.bias.unsqueeze(-1)
         if self.im2col:
@@ -91,7 +97,12 @@ class CausalTransposedConv1d(nn.Module):
         self.carry_columns = kernel_size // stride - 1
 
     def _overlap_add(self, padded: torch.Tensor) -> torch.Tensor:
-        """Outputs for all but the first `carry_columns` columns of `padded` (B, Cin, n + L)."""
+        """Outputs for all but the first `carry_columns` columns of `padded` (B, Cin, n + L).
+
+        Like `CausalConv1d._valid`, computes in the weights' dtype and returns the input's.
+        """
+        if padded.dtype != self.conv.weight.dtype:
+            return self._overlap_add(padded.to(self.conv.weight.dtype)).to(padded.dtype)
         in_channels, out_channels, kernel = self.conv.weight.shape
         batch, length = padded.shape[0], padded.shape[-1] - self.carry_columns
         blocks = torch.matmul(padded.transpose(1, 2), self.conv.weight.reshape(in_channels, out_channels * kernel))

@@ -59,8 +59,9 @@ def register_export_decoder(subparsers) -> None:
     parser.add_argument(
         "--dtype",
         default="fp32",
-        choices=("fp32", "int8", "bf16"),
-        help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 for pt2",
+        choices=("fp32", "int8", "bf16", "bf16-mixed"),
+        help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 or bf16-mixed (bf16 matrix "
+        "products, fp32 activations and state) for pt2",
     )
     parser.add_argument(
         "--max-chunk-frames",

@@ -39,7 +39,7 @@ from codecstream.protocol.pcm import snr_db
 FORMATS = ("pt2", "pte", "onnx")
 MODES = ("stateful", "windowed")
 #: dtypes each format can be exported in; see to_pt2 / to_pte / to_onnx for what each means.
-SUPPORTED_DTYPES = {"pt2": ("fp32", "bf16"), "pte": ("fp32", "int8"), "onnx": ("fp32", "int8")}
+SUPPORTED_DTYPES = {"pt2": ("fp32", "bf16", "bf16-mixed"), "pte": ("fp32", "int8"), "onnx": ("fp32", "int8")}
 #: Python modules each format needs at export time, and the extra of codecstream-export that has them.
 REQUIREMENTS = {
     "pt2": ((), None),
@@ -103,8 +103,7 @@ def export_decoder(request: ExportRequest, progress: Progress | None = None) -> 
     previous = _previous_manifest(out_dir)
     with progress.stage(f"reading checkpoint {request.checkpoint}"):
         model, digest = _read_checkpoint(request.checkpoint)
-        # bf16 exports a copy: the fp32 model stays the reference of the export check.
-        export_model = copy.deepcopy(model).to(torch.bfloat16) if request.dtype == "bf16" else model
+        export_model = _export_model(model, request.dtype)
         graph = build_graph(export_model, request.mode, request.max_chunk_frames)
         manifest = _merged_manifest(_manifest(request, graph, digest, model), previous, request)
     with progress.stage(f"capturing the {request.mode} graph with torch.export (frames 1..{request.max_chunk_frames})"):
@@ -167,6 +166,20 @@ def _writer(fmt: str):
     from codecstream.export.to_onnx import write_onnx
 
     return write_onnx
+
+
+def _export_model(model, dtype: str):
+    """The model to capture for `dtype`; a copy when it differs, so that the fp32 model stays the
+    reference of the export check."""
+    import torch
+
+    if dtype == "bf16":
+        return copy.deepcopy(model).to(torch.bfloat16)
+    if dtype == "bf16-mixed":
+        from codecstream.decoder.precision import mixed_precision
+
+        return mixed_precision(model)
+    return model
 
 
 def _read_checkpoint(checkpoint: pathlib.Path):

@@ -27,8 +27,6 @@ from codecstream.decoder.transformer import sliding_window_bias
 from codecstream.protocol.manifest import TensorSpec, WindowSpec
 from torch import nn
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
-
 
 @dataclasses.dataclass
 class Graph:

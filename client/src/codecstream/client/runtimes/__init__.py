@@ -11,6 +11,7 @@ when it is chosen, and says which extra to install when it is missing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import pathlib
 
@@ -24,8 +25,12 @@ from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 
 BACKENDS = ("auto", "onnx", "pte", "pt2", "torch")
-#: Artifact formats in the order "auto" prefers them: ONNX Runtime needs no torch, and had the
-#: fastest load, the lowest fp32 first-chunk latency and the smallest memory here (docs/export.md).
+#: Artifact formats in the order "auto" prefers them. The rule, from the backend axis of
+#: decode_bench (artifact_bench.json) on both machine kinds measured: ONNX Runtime needs no torch,
+#: is ready soonest (2.0 s against 9.3 s for .pt2 on an AVX2 EPYC), decodes the chunks that set
+#: first-audio latency (C <= 8) fastest, and is within 8% of the fastest at C = 16-25; .pt2 led
+#: at C >= 8 only on the AVX-512/AMX Xeon. Lossy artifacts are never chosen for the user: an
+#: artifact directory holds one dtype, the one it was exported in (docs/performance.md).
 PREFERENCE = ("onnx", "pte", "pt2")
 #: The module each backend needs importable, and the extra that installs it.
 RUNTIME_MODULES = {"onnx": "onnxruntime", "pte": "executorch.runtime", "pt2": "torch", "torch": "codecstream.decoder"}
@@ -42,19 +47,27 @@ def installed(backend: str) -> bool:
 
 
 def open_decoder(
-    source: str | pathlib.Path, *, backend: str = "auto", threads: int | None = None, warm_up: bool = True
+    source: str | pathlib.Path,
+    *,
+    backend: str = "auto",
+    threads: int | None = None,
+    warm_up: bool = True,
+    precision: str = "fp32",
 ) -> LoadedDecoder:
     """Open an artifact directory (with manifest.json) or a checkpoint directory (eager torch).
 
     `backend`: "auto" (what the directory holds and what is installed; ONNX Runtime first, then
     ExecuTorch, then .pt2), "onnx", "pte", "pt2" or "torch". `threads`: CPU threads for the
     runtime (torch and ExecuTorch apply it process-wide); None keeps the runtime's default.
-    `warm_up`: run one silent 2-frame chunk before returning (`LoadedDecoder.warm_up`), so that
-    the first stream's first chunk costs what every later one does; benchmarks of cold start
-    turn it off. Raises DecoderLoadError with the reason and, for a missing runtime, the extra
-    to install; a decoder whose warm-up decode fails is refused here rather than mid-stream.
+    `warm_up`: decode silent chunks of the sizes the runtime needs warmed before returning
+    (`LoadedDecoder.warm_up`), so that no chunk, the first stream's included, pays a first-shape
+    cost; benchmarks of cold start turn it off. `precision`: for the torch backend on a CUDA
+    device, "fp32" (TF32 off, the default), "tf32", "bf16" or "bf16-mixed" (torch_eager.PRECISIONS;
+    an artifact's precision is the one it was exported in). Raises DecoderLoadError with the
+    reason and, for a missing runtime, the extra to install; a decoder whose warm-up decode fails
+    is refused here rather than mid-stream.
     """
-    decoder = _open(source, backend, threads)
+    decoder = _open(source, backend, threads, precision)
     if warm_up:
         try:
             decoder.warm_up()
@@ -63,7 +76,7 @@ def open_decoder(
     return decoder
 
 
-def _open(source: str | pathlib.Path, backend: str, threads: int | None) -> LoadedDecoder:
+def _open(source: str | pathlib.Path, backend: str, threads: int | None, precision: str) -> LoadedDecoder:
     if backend not in BACKENDS:
         raise DecoderLoadError(f"unknown decoder backend {backend!r}, expected one of {', '.join(BACKENDS)}")
     directory = pathlib.Path(source)
@@ -75,7 +88,12 @@ def _open(source: str | pathlib.Path, backend: str, threads: int | None) -> Load
                 f"{directory} is a checkpoint, which only the torch backend decodes; "
                 f"for {backend}, export it first: codecstream export-decoder {directory} --format {backend} --out DIR"
             )
-        return EagerTorchDecoder(directory, threads)
+        return EagerTorchDecoder(directory, threads, precision=precision)
+    if precision != "fp32":
+        raise DecoderLoadError(
+            f"precision {precision!r} applies to the torch backend on a checkpoint; an artifact decodes "
+            "in the dtype it was exported in (codecstream export-decoder --dtype)"
+        )
     if backend == "torch":
         raise DecoderLoadError(
             f"{directory}: the torch backend needs a checkpoint directory (model.safetensors), "
@@ -119,12 +137,17 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
             f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} "
             f"({'; '.join(differences)})"
         )
-    try:
-        path = verified_artifact_path(directory, manifest.artifacts[fmt])
-    except ManifestError as error:
-        raise DecoderLoadError(str(error)) from None
-    program = _load_program(fmt, path, manifest, threads)
     entry = manifest.artifacts[fmt]
+    # Hashing the file (0.3 s for the 457 MB fp32 decoder here) runs beside the runtime's load of it
+    # (0.7-1.2 s) rather than before: both read the same pages, and the GIL is released in both.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        verification = pool.submit(verified_artifact_path, directory, entry)
+        try:
+            program = _load_program(fmt, directory / entry.file, manifest, threads)
+        except Exception:
+            _check_verified(verification)  # a modified or missing file is the reason to report
+            raise
+        _check_verified(verification)
     quantized = f", {entry.quantization}" if entry.quantization else ""
     attributes = dict(
         codec=codec,
@@ -132,11 +155,18 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
         mode=manifest.mode,
         dtype=manifest.dtype,
         max_chunk_frames=manifest.max_chunk_frames,
-        description=f"{manifest.mode} {manifest.dtype} {path.name} on {program.runtime}{quantized}, "
+        description=f"{manifest.mode} {manifest.dtype} {entry.file} on {program.runtime}{quantized}, "
         f"chunks up to {manifest.max_chunk_frames} frames ({codec.decoder_digest[:19]}…)",
     )
     decoder_class = StatefulArtifactDecoder if manifest.mode == "stateful" else WindowedArtifactDecoder
     return decoder_class(program, manifest, **attributes)
+
+
+def _check_verified(verification: concurrent.futures.Future) -> None:
+    try:
+        verification.result()
+    except ManifestError as error:
+        raise DecoderLoadError(str(error)) from None
 
 
 def _load_program(fmt: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:

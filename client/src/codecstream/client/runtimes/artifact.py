@@ -17,6 +17,10 @@ from codecstream.protocol.manifest import Manifest
 
 
 class StatefulArtifactDecoder(LoadedDecoder):
+    @property
+    def warm_up_sizes(self) -> tuple[int, ...]:
+        return self._program.warm_up_sizes
+
     def __init__(self, program: Program, manifest: Manifest, **attributes) -> None:
         super().__init__(**attributes)
         self._program = program
@@ -32,6 +36,10 @@ class StatefulArtifactDecoder(LoadedDecoder):
 
 
 class WindowedArtifactDecoder(LoadedDecoder):
+    @property
+    def warm_up_sizes(self) -> tuple[int, ...]:
+        return self._program.warm_up_sizes
+
     def __init__(self, program: Program, manifest: Manifest, **attributes) -> None:
         super().__init__(**attributes)
         assert manifest.window is not None

@@ -14,6 +14,7 @@ import abc
 import copy
 
 import numpy as np
+from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.decoding import FrameDecoder
 from codecstream.v1 import codec_pb2
@@ -67,16 +68,24 @@ class LoadedDecoder(FrameDecoder):
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
-    def warm_up(self, frames: int = 2) -> None:
-        """Decode `frames` silent frames once and reset, so that a stream's first chunk is not a cold call.
+    #: Chunk sizes `warm_up` decodes once each. A runtime that builds kernels or plans memory per
+    #: input shape (torch, ExecuTorch, CUDA graphs) pays that on the first call of every size, so
+    #: each size of the default ramp, which every stream starts with, is warmed; runtimes whose
+    #: first-call cost does not depend on the shape override this.
+    warm_up_sizes: tuple[int, ...] = DEFAULT_RAMP
 
-        A runtime's first call allocates its buffers and builds its kernels for the shape; measured
-        at real size here, that adds 13-357 ms to the first chunk (decode_bench.json: `backends`,
-        first_chunk_2_frames_cold_ms against first_chunk_2_frames_ms). 2 frames is the chunk
-        schedule's first size.
+    def warm_up(self) -> None:
+        """Decode silent chunks of each of `warm_up_sizes` once and reset, so that no stream, the
+        first included, pays a runtime's first-shape cost.
+
+        Measured at real size, that cost adds 13-357 ms to a first chunk (decode_bench.json:
+        `backends`, first_chunk_2_frames_cold_ms against first_chunk_2_frames_ms); artifact_bench
+        records the first stream after load chunk by chunk. Sizes above `max_chunk_frames` are
+        decoded in pieces, so they warm the pieces' sizes.
         """
-        self.reset()
-        self._decode_chunk(np.zeros((min(frames, self.max_chunk_frames), self.codec.num_codebooks), np.int64))
+        for size in self.warm_up_sizes:
+            self.reset()
+            self.decode(np.zeros((size, self.codec.num_codebooks), np.int64))
         self.reset()
 
     def prime(self, codes: np.ndarray) -> None:

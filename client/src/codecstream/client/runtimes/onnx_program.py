@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
 _ONNX_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(bfloat16)": "bfloat16"}
@@ -26,6 +27,15 @@ def _import_onnxruntime():
 
 
 class OnnxProgram(Program):
+    # ONNX Runtime's CPU kernels are not specialised per shape: at real size, the first call of
+    # each chunk size cost what its second did (2-25 frames; docs/performance.md), so one call,
+    # which sets up the session's memory arena, is enough.
+    warm_up_sizes = (DEFAULT_RAMP[0],)
+    #: Whether idle intra-op threads spin between ops. Spinning saves a wake-up per op on idle
+    #: cores, but beside another busy process a spinning thread takes the core the lagging one
+    #: needs (benchmarks/contention_bench.py measures both).
+    allow_spinning = False
+
     def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
         ort = _import_onnxruntime()
         options = ort.SessionOptions()
@@ -33,10 +43,13 @@ class OnnxProgram(Program):
         options.inter_op_num_threads = 1
         if threads:
             options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.allow_spinning else "0")
         available = ort.get_available_providers()
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         self._session = ort.InferenceSession(str(path), options, providers=providers)
         provider = self._session.get_providers()[0].removesuffix("ExecutionProvider")
+        if provider != "CPU":
+            self.warm_up_sizes = DEFAULT_RAMP  # GPU providers pick kernels per shape
         self.runtime = f"onnxruntime {ort.__version__} ({provider})"
         bounds = dimension_bounds(manifest)
         for kind, specs, found in (

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from codecstream.client.runtimes.errors import DecoderLoadError
+from codecstream.protocol.chunking import DEFAULT_RAMP
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
 
@@ -21,6 +22,8 @@ class Program(abc.ABC):
     """A graph file loaded by its runtime. `runtime` names it with its version, for descriptions."""
 
     runtime: str
+    #: Chunk sizes a decoder over this program warms at load (`LoadedDecoder.warm_up_sizes`).
+    warm_up_sizes: tuple[int, ...] = DEFAULT_RAMP
 
     @abc.abstractmethod
     def run(self, inputs: Sequence[Any]) -> list[Any]:

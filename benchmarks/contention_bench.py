@@ -1,0 +1,151 @@
+"""Decode time under CPU contention: the default backend's threading policies, quiet and beside a busy process.
+
+    .venv/bin/python benchmarks/contention_bench.py        # ~4 minutes on 2 cores
+
+A client decodes beside whatever else the device runs. Here the real-size stateful ONNX artifact
+(the default backend) decodes C = 2 and C = 25 frame calls over a stream that carries the state,
+first on a quiet machine, then with another process spinning on one core (`while True: pass`).
+Per threading policy of ONNX Runtime (intra-op threads, whether idle worker threads spin), in a
+fresh process each: median, p90, p99 and max per call, quiet and contended, and the ratio of the
+contended p99 to the quiet median, which is what a jitter buffer must absorb. Writes
+benchmarks/results/contention_bench.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+import artifact_bench  # the real-size artifacts, the machine record
+import numpy as np
+
+#: policy name -> (intra-op threads, spinning allowed)
+POLICIES = {
+    "2 threads, spinning (ONNX Runtime's default)": (2, True),
+    "2 threads, no spinning (codecstream's default)": (2, False),
+    "1 thread": (1, False),
+}
+CALLS = {2: 60, 25: 12}
+
+
+def log(message: str) -> None:
+    print(f"[contention_bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def timings(decoder, chunk: int, calls: int) -> dict:
+    stream = artifact_bench.codes(chunk * (calls + 1), 5)
+    decoder.reset()
+    decoder.decode(stream[:chunk])
+    times = []
+    for index in range(1, calls + 1):
+        began = time.perf_counter()
+        decoder.decode(stream[index * chunk : (index + 1) * chunk])
+        times.append((time.perf_counter() - began) * 1000)
+    return {
+        "calls": calls,
+        "median_ms": round(float(np.median(times)), 2),
+        "p90_ms": round(float(np.percentile(times, 90)), 2),
+        "p99_ms": round(float(np.percentile(times, 99)), 2),
+        "max_ms": round(max(times), 2),
+    }
+
+
+def worker(args: argparse.Namespace) -> None:
+    from codecstream.client.runtimes import open_decoder
+    from codecstream.client.runtimes.onnx_program import OnnxProgram
+
+    threads, spinning = POLICIES[args.worker]
+    OnnxProgram.allow_spinning = spinning
+    decoder = open_decoder(args.source, backend="onnx", threads=threads)
+    result: dict = {"policy": args.worker, "threads": threads, "spinning": spinning, "description": decoder.description}
+    for phase in ("quiet", "contended"):
+        busy = None
+        if phase == "contended":
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            time.sleep(0.5)
+        try:
+            result[phase] = {str(chunk): timings(decoder, chunk, calls) for chunk, calls in CALLS.items()}
+        finally:
+            if busy:
+                busy.kill()
+                busy.wait()
+    for chunk in CALLS:
+        quiet, contended = result["quiet"][str(chunk)], result["contended"][str(chunk)]
+        result.setdefault("contended_p99_over_quiet_median", {})[str(chunk)] = round(
+            contended["p99_ms"] / quiet["median_ms"], 2
+        )
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def plot(results: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, len(CALLS), figsize=(12, 4.5), constrained_layout=True)
+    rows = [row for row in results["policies"] if "quiet" in row]
+    for axis, chunk in zip(axes, CALLS, strict=True):
+        names = [row["policy"] for row in rows]
+        x = np.arange(len(names))
+        quiet = [row["quiet"][str(chunk)]["median_ms"] for row in rows]
+        p99 = [row["contended"][str(chunk)]["p99_ms"] for row in rows]
+        axis.bar(x - 0.2, quiet, 0.4, label="quiet median")
+        axis.bar(x + 0.2, p99, 0.4, label="p99 beside a busy process")
+        axis.plot(x, [2 * q for q in quiet], "k_", markersize=30, label="2x quiet median")
+        axis.set_xticks(x, [name.replace(" (", "\n(") for name in names], fontsize=8)
+        axis.set(ylabel="ms per call", title=f"C = {chunk} frames, {results['machine']['cpu']}")
+        axis.legend(fontsize=8)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path, default=artifact_bench.RESULTS / "contention_bench.json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
+    checkpoint = artifact_bench.ensure_checkpoint()
+    source, _ = artifact_bench.ensure_artifact(checkpoint, "onnx", 25)
+    load_before = os.getloadavg()
+    rows = []
+    for policy in POLICIES:
+        log(f"{policy}: measuring (load average {os.getloadavg()[0]:.2f})")
+        command = [sys.executable, __file__, "--worker", policy, "--source", str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        row = (
+            json.loads(lines[-1].removeprefix("RESULT ")) if lines else {"policy": policy, "error": done.stderr[-2000:]}
+        )
+        log(json.dumps(row.get("contended_p99_over_quiet_median", row)))
+        rows.append(row)
+    results = {
+        "benchmark": "contention_bench",
+        "decoder": "real-size random weights, stateful fp32 ONNX artifact",
+        "contention": "one other process spinning on one core (`while True: pass`)",
+        "machine": artifact_bench.machine(),
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "versions": artifact_bench.versions(),
+        "command": shlex.join(["python", *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "policies": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
