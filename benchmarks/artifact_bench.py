@@ -345,6 +345,13 @@ def versions() -> dict:
     return found
 
 
+def write_results(results: dict, out: pathlib.Path, plot_results) -> None:
+    """The JSON record at `out` and its plot beside it (same name, .png)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    plot_results(results, out.with_suffix(".png"))
+
+
 def plot(results: dict, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -412,9 +419,10 @@ def main() -> None:
         )
         row = run_worker(backend, source, reference, args)
         row["artifact_mb"] = artifact_size_mb(source, backend)
-        row["ready_s_runs"] = ready_seconds(backend, source, args.threads)
-        row["ready_s_median"] = float(np.median(row["ready_s_runs"]))
-        add_floor_fractions(row, work, speed)
+        if "error" not in row:
+            row["ready_s_runs"] = ready_seconds(backend, source, args.threads)
+            row["ready_s_median"] = float(np.median(row["ready_s_runs"]))
+            add_floor_fractions(row, work, speed)
         if export_s is not None:
             row["export_s"] = export_s
         rows.append(row)
@@ -433,9 +441,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "backends": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, args.out.with_suffix(".png"))
+    write_results(results, args.out, plot)
     print(f"[artifact_bench] wrote {args.out} and {args.out.with_suffix('.png')}", file=sys.stderr)
 
 

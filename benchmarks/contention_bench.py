@@ -141,9 +141,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "policies": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, args.out.with_suffix(".png"))
+    artifact_bench.write_results(results, args.out, plot)
     log(f"wrote {args.out}")
 
 

@@ -46,17 +46,6 @@ def log(message: str) -> None:
     print(f"[precision_bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def gemm_gflops(torch, dtype) -> float:
-    a, b = torch.randn(1, 1024, 3072, dtype=dtype), torch.randn(1, 3072, 256, dtype=dtype)
-    torch.matmul(a, b)
-    best = float("inf")
-    for _ in range(3):
-        began = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - began)
-    return round(2 * 1024 * 3072 * 256 / best / 1e9, 1)
-
-
 def recipe_model(torch, model, recipe):
     from codecstream.decoder.precision import mixed_precision
 
@@ -124,10 +113,7 @@ def main() -> None:
     reference = np.load(artifact_bench.ensure_reference(checkpoint))
     codes = artifact_bench.codes(artifact_bench.PARITY_FRAMES, 9)
     model = load_decoder(checkpoint)
-    rates = {
-        "gemm_fp32_gflops": gemm_gflops(torch, torch.float32),
-        "gemm_bf16_gflops": gemm_gflops(torch, torch.bfloat16),
-    }
+    rates = artifact_bench.machine_speed()
     log(f"GEMM rates on {args.threads} threads: {rates}")
     rows = []
     for name in args.recipes.split(","):
@@ -149,9 +135,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "recipes": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, args.out.with_suffix(".png"))
+    artifact_bench.write_results(results, args.out, plot)
     log(f"wrote {args.out}")
 
 

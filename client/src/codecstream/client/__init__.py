@@ -1,8 +1,8 @@
 """codecstream client: receive codec tokens over gRPC and turn them into audio on the device.
 
-The names below are imported on first use: a program that only decodes
-(`codecstream.client.runtimes`) does not pay for gRPC and the streaming client at start-up
-(0.2 s of the 1.5 s a decoder has to be ready in; docs/performance.md).
+The streaming client's names are imported on first use: a program that only decodes
+(`codecstream.client.runtimes`) does not load the client, its stubs and importlib.metadata at
+start-up, which counts in the time a decoder takes to be ready (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -10,27 +10,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-_ERRORS = (
-    "CodecMismatch",
-    "CodecStreamError",
-    "DeadlineExceeded",
-    "InvalidRequest",
-    "ResourceExhausted",
-    "ResumeFailed",
-    "ResumeOutOfRange",
-    "ServerError",
-    "StreamEnded",
-    "StreamNotFound",
-    "Unauthenticated",
-    "Unavailable",
+# The errors are imported at once: the decoder runtimes raise them too, so they cost nothing more.
+from codecstream.client.errors import (
+    CodecMismatch,
+    CodecStreamError,
+    DeadlineExceeded,
+    InvalidRequest,
+    ResourceExhausted,
+    ResumeFailed,
+    ResumeOutOfRange,
+    ServerError,
+    StreamEnded,
+    StreamNotFound,
+    Unauthenticated,
+    Unavailable,
 )
-#: public name -> the module that defines it
+
+#: public name -> the module that defines it, imported on first use
 _MODULES = {
     **{
         name: "codecstream.client.client"
         for name in ("AsyncClient", "AudioStream", "Client", "CodeStream", "TextStream")
     },
-    **{name: "codecstream.client.errors" for name in _ERRORS},
     "AsyncCodeStream": "codecstream.client.code_stream",
     "StartOptions": "codecstream.client.requests",
     "AsyncAudioStream": "codecstream.client.synthesis",
@@ -95,20 +96,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, TextStream
     from codecstream.client.code_stream import AsyncCodeStream
-    from codecstream.client.errors import (
-        CodecMismatch,
-        CodecStreamError,
-        DeadlineExceeded,
-        InvalidRequest,
-        ResourceExhausted,
-        ResumeFailed,
-        ResumeOutOfRange,
-        ServerError,
-        StreamEnded,
-        StreamNotFound,
-        Unauthenticated,
-        Unavailable,
-    )
     from codecstream.client.requests import StartOptions
     from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
     from codecstream.client.text_stream import AsyncTextStream
