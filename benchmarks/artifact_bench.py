@@ -21,6 +21,7 @@ command line. The machine is shared: check `uptime` first and read the recorded 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -280,9 +281,11 @@ def machine_speed() -> dict:
     }
 
 
-def work_per_call(checkpoint: pathlib.Path, chunks: list[int]) -> dict:
+@functools.cache
+def work_per_call(checkpoint: pathlib.Path, chunks: tuple[int, ...]) -> dict:
     """Multiply-adds (as FLOPs) of one stateful step per chunk size, counted on the eager model, and
-    the weight bytes a call reads at fp32: the two floors a call's time is compared with."""
+    the weight bytes a call reads at fp32: the two floors a call's time is compared with. Cached:
+    decode_bench asks once per backend."""
     import torch
     from codecstream.decoder import StatefulDecoderStep, load_decoder
     from torch.utils.flop_counter import FlopCounterMode
@@ -405,7 +408,7 @@ def main() -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = ensure_checkpoint()
     reference = ensure_reference(checkpoint)
-    work = work_per_call(checkpoint, args.chunks)
+    work = work_per_call(checkpoint, tuple(args.chunks))
     speed = machine_speed()
     print(f"[artifact_bench] machine speed: {speed}", file=sys.stderr, flush=True)
     load_before = os.getloadavg()

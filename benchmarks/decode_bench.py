@@ -296,7 +296,7 @@ def measure_backend(name: str, args) -> dict:
     row["cpu_pressure_avg10_after"] = cpu_pressure()
     row["machine_speed_after"] = artifact_bench.machine_speed()
     artifact_bench.add_floor_fractions(
-        row, artifact_bench.work_per_call(checkpoint, args.chunks), row["machine_speed_after"]
+        row, artifact_bench.work_per_call(checkpoint, tuple(args.chunks)), row["machine_speed_after"]
     )
     if export_s is not None:
         row["export_s"] = export_s

@@ -17,13 +17,10 @@ from codecstream.protocol.manifest import Manifest
 
 
 class StatefulArtifactDecoder(LoadedDecoder):
-    @property
-    def warm_up_sizes(self) -> tuple[int, ...]:
-        return self._program.warm_up_sizes
-
     def __init__(self, program: Program, manifest: Manifest, **attributes) -> None:
         super().__init__(**attributes)
         self._program = program
+        self.warm_up_sizes = program.warm_up_sizes
         self._state_specs = manifest.state
         self.reset()
 
@@ -36,14 +33,11 @@ class StatefulArtifactDecoder(LoadedDecoder):
 
 
 class WindowedArtifactDecoder(LoadedDecoder):
-    @property
-    def warm_up_sizes(self) -> tuple[int, ...]:
-        return self._program.warm_up_sizes
-
     def __init__(self, program: Program, manifest: Manifest, **attributes) -> None:
         super().__init__(**attributes)
         assert manifest.window is not None
         self._program = program
+        self.warm_up_sizes = program.warm_up_sizes
         self._context_frames = manifest.window.context_frames
         self._min_context = manifest.window.min_context_frames
         self.reset()
