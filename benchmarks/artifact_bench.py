@@ -155,7 +155,7 @@ def _ramp(frames: int) -> list[int]:
 def ensure_checkpoint() -> pathlib.Path:
     path = CACHE / "real-seed0"
     if not (path / "model.safetensors").exists():
-        from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+        from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
         write_speech_tokenizer(path, preset="real", seed=0)
     return path
@@ -433,7 +433,7 @@ def main() -> None:
     results = {
         "benchmark": "artifact_bench",
         "mode": "stateful",
-        "decoder": "real-size random weights (codecstream.decoder.random_checkpoint preset=real seed=0)",
+        "decoder": "real-size random weights (codecstream.testing.random_speech_tokenizer preset=real seed=0)",
         "threads": args.threads,
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],

@@ -1,6 +1,6 @@
 """The client's torch runtime on a CUDA GPU, measured as a client gets it: latency per chunk, first chunks, parity.
 
-    PYTHONPATH=protocol/src:decoder/src:client/src \\
+    PYTHONPATH=protocol/src:decoder/src:client/src:testing/src \\
         python benchmarks/cuda_decode_bench.py --out benchmarks/results/cuda_decode_bench.json
 
 On a real-size random-weight checkpoint built on the spot, one row per way of running the runtime:
@@ -222,7 +222,7 @@ def main() -> None:
     from codecstream.client.runtimes import open_decoder
     from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
     from codecstream.decoder import decode_utterance, load_decoder
-    from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+    from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
     flags_before = tf32_flags()
     checkpoint = write_speech_tokenizer(pathlib.Path(tempfile.mkdtemp()) / args.preset, preset=args.preset, seed=0)
@@ -274,7 +274,7 @@ def main() -> None:
     results = {
         "benchmark": "cuda_decode_bench",
         "mode": "stateful",
-        "decoder": f"random weights (codecstream.decoder.random_checkpoint preset={args.preset} seed=0)",
+        "decoder": f"random weights (codecstream.testing.random_speech_tokenizer preset={args.preset} seed=0)",
         "machine": {
             "gpu": gpu.name,
             "gpu_memory_gb": round(gpu.total_memory / 1e9, 1),

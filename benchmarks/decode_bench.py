@@ -201,7 +201,7 @@ WORKERS = {"full": worker_full, "stream": worker_stream, "parity": worker_parity
 
 
 def ensure_checkpoint(cache: Path, init: str) -> Path:
-    from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+    from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
     directory = cache / f"real-seed0-{init}"
     if not (directory / "model.safetensors").exists():

@@ -125,7 +125,7 @@ def main() -> None:
     results = {
         "benchmark": "precision_bench",
         "mode": "stateful, eager torch",
-        "decoder": "real-size random weights (codecstream.decoder.random_checkpoint preset=real seed=0)",
+        "decoder": "real-size random weights (codecstream.testing.random_speech_tokenizer preset=real seed=0)",
         "parity": f"SNR against the fp32 full-utterance decode, {artifact_bench.PARITY_FRAMES} frames, default ramp",
         "threads": args.threads,
         "machine": artifact_bench.machine(),

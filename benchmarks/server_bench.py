@@ -322,7 +322,8 @@ def bench_engine(args: argparse.Namespace) -> dict:
 
     from codecstream.server.engine.deploy_config import default_deploy_config
     from codecstream.server.engine.talker_source import VllmTalkerSource
-    from codecstream.server.source import SynthesisRequest
+    from codecstream.server.request import SynthesisRequest
+    from codecstream.server.source import Finished, Frames
     from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
     checkpoint = args.checkpoint or ROOT / ".cache" / "bench-checkpoints" / f"qwen3-tts-{args.preset}"
@@ -344,14 +345,19 @@ def bench_engine(args: argparse.Namespace) -> dict:
                     text=args.text, voice="ryan", language="English", seed=index + 1, max_frames=args.max_frames
                 )
                 opened = time.monotonic()
-                stream = await source.open(request, f"bench-{index}")
-                arrivals = [time.monotonic() - opened async for frames in stream for _ in range(len(frames))]
+                generation = await source.open(request, f"bench-{index}")
+                arrivals, finished = [], None
+                async for event in generation:
+                    if isinstance(event, Frames):
+                        arrivals += [time.monotonic() - opened] * len(event.codes)
+                    elif isinstance(event, Finished):
+                        finished = event
                 steps_ms = (np.diff(arrivals) * 1000).tolist()
                 all_steps_ms.extend(steps_ms)
                 requests.append(
                     {
                         "frames": len(arrivals),
-                        "stop_reason": stream.stop_reason.value if stream.stop_reason else None,
+                        "finish_reason": finished.reason.value if finished else None,
                         "first_frame_ms": arrivals[0] * 1000 if arrivals else None,
                         "step_ms": percentiles(steps_ms),
                     }

@@ -122,7 +122,7 @@ def talker_engine(tmp_path_factory):
     """vLLM-Omni's talker on the CPU, serving a tiny random CustomVoice checkpoint; one per session
     (engine start-up takes 30-80 s here), shared by the server and end-to-end tests."""
     # Imported here: the engine stack (vLLM) is heavy and only these tests need it.
-    from codecstream.server.source import SynthesisRequest
+    from codecstream.server.request import SynthesisRequest
 
     from tests.server.engine_harness import start_talker_engine, stop_talker_engine
 

@@ -23,9 +23,9 @@ from codecstream.client.command_error import CommandError
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import build_start
 from codecstream.client.runtimes import DecoderLoadError, open_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from codecstream.protocol import errors as protocol_errors
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes

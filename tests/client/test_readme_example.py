@@ -9,8 +9,8 @@ import wave
 
 import numpy as np
 from codecstream.client.runtimes import open_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes
 

@@ -8,12 +8,12 @@ import asyncio
 
 import numpy as np
 import pytest
-from codecstream.client import AsyncClient, Client, StreamNotFound
+from codecstream.client import AsyncClient, Client, StreamNotFound, Unavailable
 from codecstream.client.runtimes import open_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from codecstream.server.app import Keepalive
 from codecstream.server.limits import ServerLimits
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes
@@ -80,12 +80,29 @@ def test_resume_keeps_trying_for_as_long_as_the_server_keeps_the_stream(server, 
 def test_a_stream_the_server_no_longer_holds_is_reported_as_not_found(replay_server_factory, proxy_factory, checkpoint):
     server = replay_server_factory(codes=random_codes(4000), fps=50.0, limits=ServerLimits(resume_window_s=0.3))
     proxy = proxy_factory(server.server.port)
-    with Client(proxy.target) as client:
+    # The client keeps trying past the server's window, so it reaches the server after it let go.
+    with Client(proxy.target, resume_timeout_s=5.0) as client:
         stream = client.stream_codes("A long text.")
         next(stream)
         proxy.reject_for(1.0)
         proxy.cut()
         with pytest.raises(StreamNotFound, match="no resumable stream"):
+            for _ in stream:
+                pass
+
+
+def test_by_default_a_client_tries_to_reattach_for_the_window_its_server_announces(
+    replay_server_factory, proxy_factory
+):
+    server = replay_server_factory(codes=random_codes(4000), fps=50.0, limits=ServerLimits(resume_window_s=0.3))
+    proxy = proxy_factory(server.server.port)
+    with Client(proxy.target) as client:
+        stream = client.stream_codes("A long text.")
+        next(stream)
+        assert stream.header.resume_window_ms == 300
+        proxy.reject_for(5.0)
+        proxy.cut()
+        with pytest.raises(Unavailable, match=r"could not resume stream \w+ within 0\.3 s"):
             for _ in stream:
                 pass
 

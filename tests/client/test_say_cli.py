@@ -6,8 +6,8 @@ import time
 import wave
 
 import pytest
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes
 

@@ -10,9 +10,9 @@ import pytest
 from codecstream.client import Client, CodecMismatch
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.pcm import snr_db
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes, reference_wav
 from tests.tcp_proxy import CuttableProxy

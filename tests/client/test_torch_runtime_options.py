@@ -11,7 +11,7 @@ from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.client.runtimes.cuda_graphs import float32_precision
 from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
 from codecstream.decoder import StatefulDecoder, load_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from codecstream.decoder import Qwen3TTSDecoder, load_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 from codecstream.decoder import CheckpointError, Qwen3TTSDecoder, decode_utterance, load_decoder
-from codecstream.decoder.random_checkpoint import PRESETS, random_decoder, write_speech_tokenizer
 from codecstream.protocol.digest import decoder_digest
+from codecstream.testing.random_speech_tokenizer import PRESETS, random_decoder, write_speech_tokenizer
 from safetensors.torch import load_file, save_file
 
 from .conftest import random_codes
@@ -147,8 +147,8 @@ def test_inconsistent_rates_are_refused(tmp_path, tiny_checkpoints):
 def test_the_command_line_writes_a_loadable_directory(tmp_path):
     out = tmp_path / "cli"
     result = subprocess.run(
-        [sys.executable, "-m", "codecstream.decoder.random_checkpoint", str(out), "--preset", "tiny", "--seed", "2",
-         "--init", "stressed"],
+        [sys.executable, "-m", "codecstream.testing.random_speech_tokenizer", str(out), "--preset", "tiny",
+         "--seed", "2", "--init", "stressed"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout.strip() == str(out)

@@ -10,8 +10,8 @@ import pytest
 from codecstream.client import Client, CodecMismatch, InvalidRequest
 from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol.pcm import snr_db
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 
 pytestmark = pytest.mark.engine

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 # These tests check numbers, not speed: one thread avoids oversubscribing CI's two cores (a torch
 # op split over two threads waits for the busier core on every call).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 from codecstream.server.engine.talker_source import VllmTalkerSource
-from codecstream.server.source import CodeStream, SynthesisRequest
+from codecstream.server.request import SynthesisRequest
+from codecstream.server.source import Finished, FinishReason, Frames, Generation
 from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
 from tests.conftest import EventLoopThread
@@ -31,8 +32,14 @@ class Arrival:
 @dataclasses.dataclass
 class Collected:
     arrivals: list[Arrival]
-    stream: CodeStream
+    generation: Generation
+    #: The generation's last event; None if it ended without one.
+    finished: Finished | None
     started_at: float
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return self.finished.reason if self.finished else None
 
     @property
     def codes(self) -> np.ndarray:
@@ -51,13 +58,18 @@ class TalkerEngine:
         return self.loop.run(coroutine, timeout)
 
     def collect(self, request: SynthesisRequest, stream_id: str) -> Collected:
-        """Open a stream and read it to its end, noting when each yield arrived."""
+        """Open a generation and read it to its end, noting when each Frames event arrived."""
 
         async def read() -> Collected:
             started = time.monotonic()
-            stream = await self.source.open(request, stream_id)
-            arrivals = [Arrival(frames, time.monotonic()) async for frames in stream]
-            return Collected(arrivals, stream, started)
+            generation = await self.source.open(request, stream_id)
+            arrivals, finished = [], None
+            async for event in generation:
+                if isinstance(event, Frames):
+                    arrivals.append(Arrival(event.codes, time.monotonic()))
+                elif isinstance(event, Finished):
+                    finished = event
+            return Collected(arrivals, generation, finished, started)
 
         return self.run(read())
 

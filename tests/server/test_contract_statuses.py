@@ -23,13 +23,13 @@ def listed_statuses() -> set[str]:
 
 
 def statuses_in_server_code() -> set[str]:
-    """Status names the server code refuses or aborts with: `_Rejected("X"`, `RequestRejected("X"`,
-    `ResumeUnavailable("X"`, `grpc.StatusCode.X`."""
+    """Status names the server code refuses or aborts with: `Refusal("X"`, `invalid(` (INVALID_ARGUMENT),
+    `grpc.StatusCode.X`."""
     found: set[str] = set()
-    pattern = re.compile(r'(?:Rejected|ResumeUnavailable)\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)')
+    pattern = re.compile(r'Refusal\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)|\b(invalid)\(')
     for path in SERVER_SOURCES:
         for match in pattern.finditer(path.read_text()):
-            found.add(match.group(1) or match.group(2))
+            found.add("INVALID_ARGUMENT" if match.group(3) else match.group(1) or match.group(2))
     return found
 
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 import torch
-from codecstream.server.source import SynthesisRequest
+from codecstream.server.request import SynthesisRequest
 from codecstream.testing.random_checkpoint import PRESETS, qwen3_tts_config
 from codecstream.testing.random_text_tokenizer import write_text_tokenizer
 

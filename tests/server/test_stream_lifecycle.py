@@ -6,16 +6,17 @@ from __future__ import annotations
 import grpc
 import pytest
 from codecstream.client import Client, StreamEnded
+from codecstream.server.errors import GenerationFailed
 from codecstream.server.limits import RateLimiter
-from codecstream.server.replay import ReplaySource, ReplayStream
-from codecstream.server.source import GenerationFailed
+from codecstream.server.replay import ReplayGeneration, ReplaySource
+from codecstream.server.source import Frames
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
 from tests.conftest import random_codes
 
 
-class AbortFailsStream(ReplayStream):
+class AbortFailsGeneration(ReplayGeneration):
     async def abort(self) -> None:
         await super().abort()
         raise RuntimeError("abort exploded")
@@ -28,22 +29,23 @@ class AbortFailsSource(ReplaySource):
 
     async def open(self, request, stream_id):
         stream = await super().open(request, stream_id)
-        stream.__class__ = AbortFailsStream
+        stream.__class__ = AbortFailsGeneration
         return stream
 
     async def close(self) -> None:
         type(self).closed = True
 
 
-class FailingStream(ReplayStream):
+class FailingGeneration(ReplayGeneration):
     error: Exception = RuntimeError("a bug in the generator")
 
-    async def _frames(self):
-        async for frames in super()._frames():
-            yield frames
-            if self._owner.frames_before_failure == 0:
-                raise self.error
-            self._owner.frames_before_failure -= 1
+    async def _events(self):
+        async for event in super()._events():
+            yield event
+            if isinstance(event, Frames):
+                if self._owner.frames_before_failure == 0:
+                    raise self.error
+                self._owner.frames_before_failure -= 1
 
 
 def failing_source(error: Exception, frames_before_failure: int = 3) -> type[ReplaySource]:
@@ -51,7 +53,7 @@ def failing_source(error: Exception, frames_before_failure: int = 3) -> type[Rep
         async def open(self, request, stream_id):
             self.frames_before_failure = frames_before_failure
             stream = await super().open(request, stream_id)
-            stream.__class__ = type("Failing", (FailingStream,), {"error": error})
+            stream.__class__ = type("Failing", (FailingGeneration,), {"error": error})
             return stream
 
     return FailingSource

@@ -13,7 +13,12 @@ import dataclasses
 import numpy as np
 import pytest
 from codecstream.protocol import decoder_digest
-from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
+from codecstream.server.errors import Refusal
+from codecstream.server.limits import ServerLimits
+from codecstream.server.request import SynthesisRequest, TaskType
+from codecstream.server.request_parsing import parse_start
+from codecstream.server.source import Finished, FinishReason, Frames
+from codecstream.v1 import synthesis_pb2 as pb
 
 pytestmark = pytest.mark.engine
 
@@ -50,15 +55,15 @@ def test_frames_are_int16_rows_of_16_codes_within_the_codebook(talker_engine):
     assert codes[:, 0].min() >= 1
 
 
-def test_codec_eos_ends_the_stream_with_stop_reason_eos_and_no_frame_for_it(talker_engine):
+def test_codec_eos_finishes_the_generation_with_reason_eos_and_no_frame_for_it(talker_engine):
     collected = talker_engine.collect(request(2, 400), "eos")
-    assert collected.stream.stop_reason is StopReason.EOS
+    assert collected.finish_reason is FinishReason.EOS
     assert 0 < len(collected.codes) < 400
     assert collected.codes[-1].any(), "the EOS step must not add a placeholder frame"
 
 
-def test_max_frames_ends_the_stream_after_exactly_that_many_frames(talker_engine):
-    collected = first_seed_with(talker_engine, lambda c: c.stream.stop_reason is StopReason.MAX_FRAMES, 3, "max-frames")
+def test_max_frames_finishes_the_generation_with_reason_length_after_exactly_that_many_frames(talker_engine):
+    collected = first_seed_with(talker_engine, lambda c: c.finish_reason is FinishReason.LENGTH, 3, "max-frames")
     assert len(collected.codes) == 3
 
 
@@ -68,18 +73,23 @@ def test_a_seeded_request_generates_the_same_codes_again(talker_engine):
     np.testing.assert_array_equal(first, second)
 
 
-def test_abort_mid_stream_stops_it_and_leaves_no_live_request(talker_engine):
+def test_abort_mid_stream_finishes_it_with_reason_aborted_and_leaves_no_live_request(talker_engine):
     async def read_three_then_abort():
-        stream = await talker_engine.source.open(request(3, 400), "abort")
-        received = 0
-        async for frames in stream:
-            received += len(frames)
-            if received >= 3:
-                await stream.abort()
-        return received, stream
+        generation = await talker_engine.source.open(request(3, 400), "abort")
+        received, after_abort, last = 0, 0, None
+        async for event in generation:
+            last = event
+            if isinstance(event, Frames):
+                if received >= 3:
+                    after_abort += len(event.codes)
+                received += len(event.codes)
+                if received >= 3 and not after_abort:
+                    await generation.abort()
+        return received, after_abort, last
 
-    received, stream = talker_engine.run(read_three_then_abort())
-    assert received >= 3 and stream.stop_reason is None
+    received, after_abort, last = talker_engine.run(read_three_then_abort())
+    assert received >= 3 and last == Finished(FinishReason.ABORTED)
+    assert after_abort <= 1, "at most the step in flight when abort() returned"
     assert talker_engine.wait_for_no_live_requests() == 0
 
 
@@ -97,8 +107,8 @@ def test_leaving_a_stream_early_aborts_its_engine_request(talker_engine):
 def test_concurrent_streams_each_get_all_their_own_frames(talker_engine):
     async def two_at_once():
         async def read(seed: int, stream_id: str) -> np.ndarray:
-            stream = await talker_engine.source.open(request(seed, 30), stream_id)
-            return np.concatenate([frames async for frames in stream])
+            generation = await talker_engine.source.open(request(seed, 30), stream_id)
+            return np.concatenate([event.codes async for event in generation if isinstance(event, Frames)])
 
         return await asyncio.gather(read(5, "together-a"), read(6, "together-b"))
 
@@ -108,35 +118,35 @@ def test_concurrent_streams_each_get_all_their_own_frames(talker_engine):
     assert talker_engine.wait_for_no_live_requests() == 0
 
 
-def test_voice_and_language_match_regardless_of_case(talker_engine):
-    collected = talker_engine.collect(
-        SynthesisRequest(text=TEXT, voice="Ryan", language="ENGLISH", seed=1, max_frames=2), "case"
-    )
-    assert len(collected.codes) > 0
+def checked(talker_engine, **start) -> SynthesisRequest:
+    """What parse_start makes of a Start against this engine's checkpoint: the request the source trusts."""
+    source = talker_engine.source
+    return parse_start(pb.Start(text=TEXT, **start), source.offering, source.codec, ServerLimits()).request
+
+
+def test_a_voice_and_language_in_any_case_reach_the_engine_as_the_checkpoint_spells_them(talker_engine):
+    canonical = checked(talker_engine, voice="Ryan", language="ENGLISH", seed=1, max_frames=2)
+    assert (canonical.voice, canonical.language) == ("ryan", "English")
+    assert len(talker_engine.collect(canonical, "case").codes) > 0
 
 
 @pytest.mark.parametrize(
-    ("fields", "message"),
+    ("start", "message"),
     [
-        ({"voice": "nobody"}, "unknown voice 'nobody': this model has serena, vivian, uncle_fu, ryan"),
-        ({"voice": "ryan", "language": "Klingon"}, "unknown language 'Klingon': this model speaks Auto, "),
+        ({"voice": "nobody"}, "unknown voice 'nobody'; this model has: serena, vivian, uncle_fu, ryan"),
+        ({"voice": "ryan", "language": "Klingon"}, "unknown language 'Klingon'; this model speaks: Auto, "),
+        ({"task_type": pb.TASK_TYPE_BASE}, "task type BASE is not served by this model (it serves CUSTOM_VOICE)"),
         (
-            {"task_type": TaskType.BASE, "reference_text": "R."},
-            "task type Base is not served by this model",
-        ),
-        (
-            {"task_type": TaskType.VOICE_DESIGN, "instructions": "A calm voice."},
-            "task type VoiceDesign is not served by this model",
+            {"task_type": pb.TASK_TYPE_VOICE_DESIGN, "instructions": "A calm voice."},
+            "task type VOICE_DESIGN is not served by this model (it serves CUSTOM_VOICE)",
         ),
     ],
 )
-def test_requests_the_checkpoint_cannot_serve_are_rejected_as_invalid_argument(talker_engine, fields, message):
-    fields = {"text": TEXT, **fields}
-    with pytest.raises(RequestRejected) as rejected:
-        talker_engine.run(talker_engine.source.open(SynthesisRequest(**fields), "rejected"))
-    assert rejected.value.status == "INVALID_ARGUMENT"
-    assert message in rejected.value.message
-    assert talker_engine.live_requests() == 0
+def test_requests_the_checkpoint_cannot_serve_are_refused_before_the_engine(talker_engine, start, message):
+    with pytest.raises(Refusal) as refused:
+        checked(talker_engine, **start)
+    assert refused.value.status == "INVALID_ARGUMENT"
+    assert message in refused.value.message
 
 
 def test_an_empty_voice_is_the_checkpoint_default_voice(talker_engine):

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from codecstream.client import Client, StreamEnded
 from codecstream.client.runtimes import open_decoder
-from codecstream.decoder.random_checkpoint import write_speech_tokenizer
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.server.errors import Refusal
 from codecstream.server.limits import ServerLimits
+from codecstream.server.request import ModelOffering, TaskType, VoiceInfo
 from codecstream.server.request_parsing import parse_start
-from codecstream.server.source import ModelOffering, RequestRejected, TaskType, VoiceInfo
-from codecstream.server.text_stream import TextSegmenter
+from codecstream.server.segmenting import TextSegmenter
+from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -29,13 +30,13 @@ FRAMES_PER_SEGMENT = 12
 
 def segments_of(pieces: list[str], end: bool = True, **limits) -> list[str]:
     segmenter = TextSegmenter(ServerLimits(**limits))
-    cut = []
+    text, cut = "", []
     for piece in pieces:
-        segmenter.append(piece)
-        cut += segmenter.cut_ready()
+        text += piece
+        cut += segmenter.cut(text)
     if end:
-        cut += segmenter.cut_all()
-    return [segmenter.text[s.start : s.end] for s in cut]
+        cut += segmenter.cut(text, flushed_to=len(text))
+    return [text[s.start : s.end] for s in cut]
 
 
 def test_a_sentence_end_cuts_a_segment_as_soon_as_a_space_follows_it():
@@ -176,7 +177,7 @@ def text_input(text: str = "", flush: bool = False, end: bool = False) -> pb.Syn
         ([text_input("Hi.")], "first message must be start or resume, got text"),
         ([streaming_start("Hi."), text_input(end=True), text_input("More.")], "text after end_of_input"),
         ([streaming_start("Hi."), text_input("")], "empty text and neither flush nor end_of_input"),
-        ([streaming_start("Hi."), text_input("x" * 250)], "the text totals 253 characters, the limit is 200"),
+        ([streaming_start("Hi."), text_input("x" * 250)], "text has 253 characters, the limit is 200"),
         (
             [pb.SynthesizeRequest(start=pb.Start(text="Hi.")), text_input("More.")],
             "text input on a stream whose Start did not set streaming_text",
@@ -207,7 +208,7 @@ def test_a_streamed_voice_clone_is_refused_before_anything_starts():
     offering = ModelOffering(task_types=(TaskType.CUSTOM_VOICE, TaskType.BASE), voices=(VoiceInfo("ryan"),))
     start = pb.Start(text="Hi.", streaming_text=True, task_type=pb.TASK_TYPE_BASE)
     start.reference_audio.audio = b"RIFF"
-    with pytest.raises(RequestRejected, match="streaming_text is offered for CUSTOM_VOICE and VOICE_DESIGN, not BASE"):
+    with pytest.raises(Refusal, match="streaming_text is offered for CUSTOM_VOICE and VOICE_DESIGN, not BASE"):
         parse_start(start, offering, qwen3_tts_12hz_spec("sha256:0"), ServerLimits())
 
 

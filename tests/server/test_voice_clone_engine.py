@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from codecstream.server.limits import ServerLimits
 from codecstream.server.reference_audio import decode_reference_audio
-from codecstream.server.source import RequestRejected, StopReason, SynthesisRequest, TaskType
+from codecstream.server.request import SynthesisRequest, TaskType
+from codecstream.server.source import Finished, FinishReason, Frames
 
 from tests.conftest import reference_wav
 from tests.server.engine_harness import start_talker_engine, stop_talker_engine
@@ -42,23 +43,23 @@ def clone_request(reference_text: str, audio: bytes | None = None) -> SynthesisR
 
 def test_in_context_clone_carries_the_reference_codes_before_the_first_frame(base_engine):
     async def open_only():
-        stream = await base_engine.source.open(clone_request("This is the reference."), "icl")
-        reference = stream.reference_codes.copy()
-        frames = np.concatenate([frames async for frames in stream])
-        return reference, frames, stream
+        generation = await base_engine.source.open(clone_request("This is the reference."), "icl")
+        reference = generation.reference_codes.copy()
+        events = [event async for event in generation]
+        return reference, np.concatenate([e.codes for e in events if isinstance(e, Frames)]), events[-1]
 
-    reference, frames, stream = base_engine.run(open_only())
+    reference, frames, last = base_engine.run(open_only())
     # 1.5 s of 16 kHz audio is 36000 samples at the encoder's 24 kHz: ceil(36000 / 1920) frames.
     assert reference.shape == (math.ceil(36_000 / 1_920), 16) and reference.dtype == np.int16
     assert reference.min() >= 0 and reference.max() < 2048
     assert len(frames) > 0 and frames[:, 0].min() >= 1
-    assert stream.stop_reason in (StopReason.EOS, StopReason.MAX_FRAMES)
+    assert last in (Finished(FinishReason.EOS), Finished(FinishReason.LENGTH))
     assert base_engine.wait_for_no_live_requests() == 0
 
 
 def test_clone_without_a_transcript_uses_the_speaker_embedding_and_has_no_reference_codes(base_engine):
     collected = base_engine.collect(clone_request(""), "xvector")
-    assert collected.stream.reference_codes.shape == (0, 16)
+    assert collected.generation.reference_codes.shape == (0, 16)
     assert len(collected.codes) > 0
 
 
@@ -70,11 +71,9 @@ def test_the_shortest_reference_the_server_accepts_is_one_the_engine_can_encode(
     base_engine.run(base_engine.source.check_health())
 
 
-def test_a_base_checkpoint_serves_only_voice_clone(base_engine):
+def test_a_base_checkpoint_offers_only_voice_clone(base_engine):
     assert base_engine.source.offering.task_types == (TaskType.BASE,)
     assert base_engine.source.offering.default_voice == ""
-    with pytest.raises(RequestRejected, match="task type CustomVoice is not served by this model"):
-        base_engine.run(base_engine.source.open(SynthesisRequest(text="Hi.", voice="ryan"), "custom-on-base"))
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +87,14 @@ def base_server(base_engine):
         yield f"127.0.0.1:{port}"
     finally:
         base_engine.run(server.stop(grace_s=1.0), timeout=120)
+
+
+def test_a_base_server_refuses_a_preset_voice_before_the_engine(base_engine, base_server):
+    from codecstream.client import Client, InvalidRequest
+
+    with Client(base_server) as client, pytest.raises(InvalidRequest, match="task type CUSTOM_VOICE is not served"):
+        client.stream_codes("Hi.", voice="ryan").open()
+    assert base_engine.live_requests() == 0
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 import numpy as np
 from codecstream.client.channel import DEFAULT_KEEPALIVE_S, call_metadata, open_channel
-from codecstream.client.code_stream import DEFAULT_RESUME_TIMEOUT_S, AsyncCodeStream
+from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import StartOptions, build_start
@@ -40,7 +40,8 @@ class AsyncClient:
 
     `tls`: False (plaintext), True (system roots) or a PEM root certificate path. `token`: a bearer
     token sent on every call. `resume_timeout_s`: how long a resumable stream keeps trying to
-    reattach after a lost connection (0: never). `keepalive_s`: ping the server this often while
+    reattach after a lost connection; None: as long as the server keeps it (its resume window,
+    which the Header states); 0: never. `keepalive_s`: ping the server this often while
     a call is open, so a connection that died silently is noticed within about twice that.
     """
 
@@ -50,7 +51,7 @@ class AsyncClient:
         *,
         tls: bool | str | pathlib.Path = False,
         token: str | None = None,
-        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        resume_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
     ) -> None:
         self.target = target
@@ -328,7 +329,7 @@ class Client:
         *,
         tls: bool | str | pathlib.Path = False,
         token: str | None = None,
-        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        resume_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
     ) -> None:
         self._loop = _LoopThread()

@@ -26,9 +26,6 @@ log = logging.getLogger(__name__)
 _CLOSE = object()
 #: Statuses that mean "the connection broke", after which a resumable stream reattaches.
 _CONNECTION_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-#: How long a client keeps trying to reattach: the server keeps a detached stream this long by
-#: default (GetCodecInfoResponse.resume_window_ms).
-DEFAULT_RESUME_TIMEOUT_S = 5.0
 _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 
 
@@ -45,13 +42,14 @@ class AsyncCodeStream:
         start: pb.Start,
         metadata: tuple = (),
         *,
-        resume_timeout_s: float = DEFAULT_RESUME_TIMEOUT_S,
+        resume_timeout_s: float | None = None,
         timeout_s: float | None = None,
     ) -> None:
         self._stub = stub
         self._start = start
         self._metadata = metadata
-        self._resume_timeout_s = resume_timeout_s if start.resumable else 0.0
+        #: None: for as long as the server keeps the stream (Header.resume_window_ms).
+        self._resume_timeout_s = resume_timeout_s
         self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._reassembler = StreamReassembler()
         self._requests: asyncio.Queue = asyncio.Queue()
@@ -87,6 +85,17 @@ class AsyncCodeStream:
     @property
     def reference_codes(self) -> np.ndarray:
         return self._reassembler.reference_codes
+
+    @property
+    def resume_window_s(self) -> float:
+        """How long this stream tries to reattach after a lost connection: the client's
+        resume_timeout_s, or the server's window for the stream (Header.resume_window_ms); 0
+        for a stream that is not resumable."""
+        if self.header is None or not self.header.resume_window_ms:
+            return 0.0
+        if self._resume_timeout_s is not None:
+            return self._resume_timeout_s
+        return self.header.resume_window_ms / 1000
 
     @property
     def replica(self) -> str | None:
@@ -165,15 +174,11 @@ class AsyncCodeStream:
         """Resume on a new call after `lost` broke the current one: retried with backoff for as long
         as the server keeps the stream. Returns once the new call's Header is in; raises the typed
         error of the real cause otherwise."""
-        if (
-            self._resume_timeout_s <= 0
-            or self.header is None
-            or self.end is not None
-            or lost.code() not in _CONNECTION_LOST
-        ):
+        window_s = self.resume_window_s
+        if window_s <= 0 or self.header is None or self.end is not None or lost.code() not in _CONNECTION_LOST:
             raise from_rpc_error(lost) from None
         self.resumes += 1
-        give_up_at = time.monotonic() + self._resume_timeout_s
+        give_up_at = time.monotonic() + window_s
         delay, last = _FIRST_RETRY_S, lost
         while True:
             log.info("stream %s: connection lost (%s), resuming after seq %s", self.stream_id, last.code().name,
@@ -197,7 +202,7 @@ class AsyncCodeStream:
             if time.monotonic() + delay > give_up_at:
                 raise Unavailable(
                     grpc.StatusCode.UNAVAILABLE,
-                    f"could not resume stream {self.stream_id} within {self._resume_timeout_s:g} s: {last.details()}",
+                    f"could not resume stream {self.stream_id} within {window_s:g} s: {last.details()}",
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _LONGEST_RETRY_S)

@@ -1,57 +1,23 @@
 """Loading the decoder from an official `speech_tokenizer/` directory (config.json + model.safetensors).
 
-Only the `decoder.*` tensors are read (the encoder is for voice-clone encoding, not needed here).
-Every expected tensor must be present with its expected shape; anything wrong is reported in one
-CheckpointError that names the tensors and the directory.
+Where the weights are is the protocol's one layout rule (checkpoint_files.py: a model root or the
+directory itself, one file or shards). Only the `decoder.*` tensors are read (the encoder is for
+voice-clone encoding, not needed here). Every expected tensor must be present with its expected
+shape; anything wrong is reported in one CheckpointError that names the tensors and the directory.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from codecstream.decoder.config import DecoderConfig
-from codecstream.decoder.errors import CheckpointError
 from codecstream.decoder.model import Qwen3TTSDecoder
+from codecstream.protocol.checkpoint_files import DECODER_PREFIX, decoder_weight_files, speech_tokenizer_dir
+from codecstream.protocol.errors import CheckpointError
 from safetensors import safe_open
 
-PREFIX = "decoder."
-WEIGHTS_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-SUBFOLDER = "speech_tokenizer"
 _LISTED = 5
-
-
-def resolve_speech_tokenizer_dir(path: str | Path) -> Path:
-    """Accept the `speech_tokenizer/` directory itself or a Qwen3-TTS model root that contains it."""
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory (expected a speech_tokenizer/ checkpoint directory)")
-    if not (path / "config.json").exists() and (path / SUBFOLDER / "config.json").exists():
-        return path / SUBFOLDER
-    if (path / "config.json").exists() and (path / SUBFOLDER).is_dir():
-        root_type = json.loads((path / "config.json").read_text()).get("model_type")
-        if root_type != "qwen3_tts_tokenizer_12hz":
-            return path / SUBFOLDER
-    return path
-
-
-def _weight_files(directory: Path) -> dict[str, Path]:
-    """Tensor name -> file holding it, for `decoder.*` tensors (single file or sharded index)."""
-    index = directory / INDEX_FILE
-    if index.exists():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        return {name: directory / file for name, file in weight_map.items() if name.startswith(PREFIX)}
-    single = directory / WEIGHTS_FILE
-    if not single.exists():
-        raise CheckpointError(f"{directory}: has no {WEIGHTS_FILE} (nor {INDEX_FILE})")
-    try:
-        with safe_open(single, framework="pt") as handle:
-            names = list(handle.keys())
-    except Exception as err:  # safetensors raises its own error types for a corrupt header
-        raise CheckpointError(f"{single}: not a readable safetensors file ({err})") from None
-    return {name: single for name in names if name.startswith(PREFIX)}
 
 
 def _read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
@@ -62,7 +28,7 @@ def _read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
     for file, names in by_file.items():
         with safe_open(file, framework="pt") as handle:
             for name in names:
-                tensors[name[len(PREFIX) :]] = handle.get_tensor(name)
+                tensors[name.removeprefix(DECODER_PREFIX)] = handle.get_tensor(name)
     return tensors
 
 
@@ -79,14 +45,14 @@ def check_state_dict(expected: dict[str, torch.Tensor], found: dict[str, torch.T
     if missing and len(missing) == len(expected):
         raise CheckpointError(
             f"{source}: contains no Qwen3-TTS-Tokenizer-12Hz decoder tensors "
-            f"(expected names like {PREFIX}{next(iter(expected))})"
+            f"(expected names like {DECODER_PREFIX}{next(iter(expected))})"
         )
     if missing:
-        problems.append(f"missing {len(missing)} tensors: " + _listing([PREFIX + n for n in missing]))
+        problems.append(f"missing {len(missing)} tensors: " + _listing([DECODER_PREFIX + n for n in missing]))
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)} tensors: " + _listing([PREFIX + n for n in unexpected]))
+        problems.append(f"unexpected {len(unexpected)} tensors: " + _listing([DECODER_PREFIX + n for n in unexpected]))
     wrong = [
-        f"{PREFIX}{name} has shape {tuple(found[name].shape)}, expected {tuple(tensor.shape)}"
+        f"{DECODER_PREFIX}{name} has shape {tuple(found[name].shape)}, expected {tuple(tensor.shape)}"
         for name, tensor in expected.items()
         if name in found and found[name].shape != tensor.shape
     ]
@@ -98,10 +64,10 @@ def check_state_dict(expected: dict[str, torch.Tensor], found: dict[str, torch.T
 
 def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> Qwen3TTSDecoder:
     """Build the decoder described by `path/config.json` and load its `decoder.*` weights, in eval mode."""
-    directory = resolve_speech_tokenizer_dir(path)
+    directory = speech_tokenizer_dir(path)
     config = DecoderConfig.from_file(directory / "config.json")
     model = Qwen3TTSDecoder(config)
-    found = _read_tensors(_weight_files(directory))
+    found = _read_tensors(decoder_weight_files(directory))
     check_state_dict(model.state_dict(), found, str(directory))
     model.load_state_dict({name: tensor.to(torch.float32) for name, tensor in found.items()})
     return model.to(dtype).eval()

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from codecstream.decoder.errors import CheckpointError
-
-MODEL_TYPE = "qwen3_tts_tokenizer_12hz"
+from codecstream.protocol.checkpoint_files import TOKENIZER_MODEL_TYPE as MODEL_TYPE
 
 
 @dataclasses.dataclass(frozen=True)

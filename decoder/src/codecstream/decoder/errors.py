@@ -1,12 +1,8 @@
-"""Errors a caller can catch by kind. Bad codes raise the protocol's CodesError, shared by every part."""
+"""Errors a caller can catch by kind, all of them the protocol's (codecstream.protocol.errors), shared
+by every part: CheckpointError for a checkpoint that cannot be loaded, CodesError for bad codes."""
 
 from __future__ import annotations
 
-from codecstream.protocol.errors import CodesError
-
-
-class CheckpointError(ValueError):
-    """The `speech_tokenizer/` directory is not a loadable Qwen3-TTS-Tokenizer-12Hz decoder."""
-
+from codecstream.protocol.errors import CheckpointError, CodesError
 
 __all__ = ["CheckpointError", "CodesError"]

@@ -26,5 +26,14 @@ class ManifestError(ProtocolError):
     match it (the client reports it as DecoderLoadError)."""
 
 
+class CheckpointError(ProtocolError):
+    """A checkpoint whose decoder cannot be found or loaded: a missing file, a header that is not
+    safetensors, tensors of another decoder."""
+
+
+class DigestError(CheckpointError):
+    """A checkpoint from which no decoder digest can be computed."""
+
+
 class ChunkingError(ProtocolError):
     """A chunking policy with sizes out of range."""

@@ -150,7 +150,7 @@ class SynthesizeResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
 
 class Header(_message.Message):
-    __slots__ = ("stream_id", "codec", "reference_codes", "reference_frames", "client_request_id", "started_at", "max_frames")
+    __slots__ = ("stream_id", "codec", "reference_codes", "reference_frames", "client_request_id", "started_at", "max_frames", "resume_window_ms")
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
     CODEC_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_CODES_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,7 @@ class Header(_message.Message):
     CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     MAX_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     stream_id: str
     codec: _codec_pb2.CodecSpec
     reference_codes: bytes
@@ -165,7 +166,8 @@ class Header(_message.Message):
     client_request_id: str
     started_at: _timestamp_pb2.Timestamp
     max_frames: int
-    def __init__(self, stream_id: _Optional[str] = ..., codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., reference_codes: _Optional[bytes] = ..., reference_frames: _Optional[int] = ..., client_request_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_frames: _Optional[int] = ...) -> None: ...
+    resume_window_ms: int
+    def __init__(self, stream_id: _Optional[str] = ..., codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., reference_codes: _Optional[bytes] = ..., reference_frames: _Optional[int] = ..., client_request_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_frames: _Optional[int] = ..., resume_window_ms: _Optional[int] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("seq", "first_frame", "num_frames", "codes", "generated_at_us", "sent_at_us", "text_start", "text_end")

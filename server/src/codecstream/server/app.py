@@ -31,6 +31,10 @@ class BindError(OSError):
     """A port the server could not listen on; the message names which and why."""
 
 
+class SourceStartError(Exception):
+    """The code source (the engine) failed to start; the message is one line, the cause attached."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Keepalive:
     """HTTP/2 keepalive: the server pings an idle connection every `time_s` and drops it when no
@@ -111,17 +115,25 @@ class CodecStreamServer:
     async def start(self) -> int:
         """Bind, serve, then start the source; return the bound port (useful with port 0).
 
-        Raises BindError for a port that cannot be bound, or whatever the source's start raises;
-        either way nothing is left running."""
+        Raises BindError for a port that cannot be bound, ValueError for half a TLS configuration,
+        SourceStartError when the source fails to start; whatever ends it, cancellation included,
+        nothing is left running."""
         await self.bind()
         try:
             await self.supervisor.start()
-        except BaseException:
+        except BaseException as error:
             await self._close_transport(grace_s=0)
             await self.supervisor.stop()
+            if isinstance(error, Exception):
+                message = f"the engine did not start: {type(error).__name__}: {error}".splitlines()[0]
+                raise SourceStartError(message) from error
             raise
         log.info("serving %s on %s:%d", SERVICE_NAME, self.options.host, self.port)
         return self.port
+
+    async def wait_until_source_gave_up(self) -> None:
+        """Return once the source failed and the restart policy gave up on it (the process should exit)."""
+        await self.supervisor.gave_up.wait()
 
     async def bind(self) -> int:
         """Listen on the gRPC (and metrics) ports, answering NOT_SERVING until the source serves."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from codecstream.protocol import decoder_digest, qwen3_tts_12hz_spec
-from codecstream.server.source import ModelOffering, TaskType, VoiceInfo
+from codecstream.server.request import AUTO_LANGUAGE, ModelOffering, TaskType, VoiceInfo
 from codecstream.v1 import codec_pb2
 
-AUTO_LANGUAGE = "Auto"
 _VARIANT_TASKS = {
     "custom_voice": TaskType.CUSTOM_VOICE,
     "base": TaskType.BASE,
@@ -24,8 +24,8 @@ _VARIANT_TASKS = {
 }
 
 
-class CheckpointError(ValueError):
-    """A model directory that is not a Qwen3-TTS-12Hz checkpoint the talker can serve."""
+class ModelDirectoryError(ValueError):
+    """A model directory (or hub id) that is not a Qwen3-TTS-12Hz checkpoint the talker can serve."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,26 +41,30 @@ class CheckpointInfo:
     voice_dialects: dict[str, str]
     codec: codec_pb2.CodecSpec
 
-    def language_names(self) -> list[str]:
-        """Languages a request may name, as users write them ("English"), "Auto" first.
-
-        The dialect entries (beijing_dialect, sichuan_dialect) are not languages to ask for: the
-        talker switches a dialect voice to its dialect by itself, and qwen-tts refuses them."""
-        names = (name.title() for name in self.languages if "dialect" not in name)
-        return [AUTO_LANGUAGE, *sorted(names)]
-
     def offering(self) -> ModelOffering:
         """What a server of this checkpoint offers, the same whether it runs the engine or replays."""
-        return ModelOffering(
-            task_types=(self.task_type,),
-            voices=tuple(VoiceInfo(name, description=self._voice_description(name)) for name in self.voices),
-            languages=tuple(self.language_names()),
-        )
+        return offering_of((self.task_type,), self.voices, self.languages, self.voice_dialects)
 
-    def _voice_description(self, voice: str) -> str:
-        dialect = self.voice_dialects.get(voice)
-        # The talker switches such a voice to its dialect for Chinese (and Auto) text.
+
+def offering_of(
+    task_types: tuple[TaskType, ...], voices: Iterable[str], languages: Iterable[str], voice_dialects: dict[str, str]
+) -> ModelOffering:
+    """What a model with these talker tables (spk_id, codec_language_id, spk_is_dialect) offers.
+
+    Languages are spelled as users write them ("English"), Auto first. The dialect entries
+    (beijing_dialect, sichuan_dialect) are not languages to ask for: the talker switches a dialect
+    voice to its dialect by itself (for Chinese and Auto text), and qwen-tts refuses them."""
+    names = sorted(name.title() for name in languages if "dialect" not in name)
+
+    def description(voice: str) -> str:
+        dialect = voice_dialects.get(voice)
         return f"speaks Chinese in {dialect.replace('_', ' ').title()}" if dialect else ""
+
+    return ModelOffering(
+        task_types=task_types,
+        voices=tuple(VoiceInfo(name, description=description(name)) for name in voices),
+        languages=(AUTO_LANGUAGE, *names),
+    )
 
 
 def resolve_model_dir(model: str) -> Path:
@@ -69,13 +73,13 @@ def resolve_model_dir(model: str) -> Path:
     if path.is_dir():
         return path
     if path.exists() or model.startswith((".", "/")):
-        raise CheckpointError(f"model {model!r} is not a directory")
+        raise ModelDirectoryError(f"model {model!r} is not a directory")
     from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(model))
     except Exception as error:
-        raise CheckpointError(
+        raise ModelDirectoryError(
             f"model {model!r} is neither a local directory nor a reachable hub id: {error}"
         ) from error
 
@@ -83,13 +87,13 @@ def resolve_model_dir(model: str) -> Path:
 def read_checkpoint_info(model_dir: Path) -> CheckpointInfo:
     config_file = model_dir / "config.json"
     if not config_file.is_file():
-        raise CheckpointError(f"{model_dir} has no config.json: not a Qwen3-TTS checkpoint")
+        raise ModelDirectoryError(f"{model_dir} has no config.json: not a Qwen3-TTS checkpoint")
     config = json.loads(config_file.read_text())
     if config.get("model_type") != "qwen3_tts":
-        raise CheckpointError(f"{config_file}: model_type is {config.get('model_type')!r}, expected 'qwen3_tts'")
+        raise ModelDirectoryError(f"{config_file}: model_type is {config.get('model_type')!r}, expected 'qwen3_tts'")
     variant = str(config.get("tts_model_type", "")).lower()
     if variant not in _VARIANT_TASKS:
-        raise CheckpointError(
+        raise ModelDirectoryError(
             f"{config_file}: tts_model_type is {config.get('tts_model_type')!r}, "
             f"expected one of {sorted(_VARIANT_TASKS)}"
         )

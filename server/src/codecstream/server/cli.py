@@ -16,10 +16,11 @@ import sys
 
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.errors import ProtocolError
-from codecstream.server.app import BindError, CodecStreamServer, Keepalive, ServerOptions
+from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
-from codecstream.server.checkpoint_info import CheckpointError
+from codecstream.server.checkpoint_info import ModelDirectoryError
 from codecstream.server.limits import ServerLimits
+from codecstream.server.replay import FRAMES_PER_SECOND, ReplaySource
 from codecstream.server.source import CodeSource
 from codecstream.server.supervisor import RestartPolicy
 
@@ -34,7 +35,9 @@ class StartupError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    limits, keepalive, restarts = ServerLimits(), Keepalive(), RestartPolicy()
+    # Every default is the library's own (ServerOptions and what it holds), never restated here.
+    options = ServerOptions()
+    limits, keepalive, restarts = options.limits, options.keepalive, options.restart_policy
     parser = argparse.ArgumentParser(
         prog="codecstream-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -49,15 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="vLLM-Omni deploy YAML (default: the talker-only one for this machine)",
     )
     parser.add_argument(
-        "--replay-fps", type=float, default=12.5, help="replay pace in frames per second; 0: as fast as possible"
+        "--replay-fps",
+        type=float,
+        default=FRAMES_PER_SECOND,
+        help=f"replay pace in frames per second (default {FRAMES_PER_SECOND:g}); 0: as fast as possible",
     )
     parser.add_argument(
         "--replay-checkpoint",
         type=pathlib.Path,
         help="checkpoint whose decoder digest, voices and languages replayed streams announce",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
-    parser.add_argument("--port", type=int, default=50051, help="gRPC port (default 50051; 0 picks a free one)")
+    parser.add_argument(
+        "--host", default=options.host, help=f"address to bind (default {options.host}; 0.0.0.0 for all)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=options.port, help=f"gRPC port (default {options.port}; 0 picks a free one)"
+    )
     parser.add_argument("--tls-cert", type=pathlib.Path, help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", type=pathlib.Path, help="PEM private key")
     parser.add_argument("--auth-token-file", type=pathlib.Path, help="file of accepted bearer tokens, one per line")
@@ -74,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-frames", type=int, default=limits.max_frames)
     parser.add_argument("--max-streams", type=int, default=limits.max_concurrent_streams, help="concurrent streams")
     parser.add_argument(
-        "--rate-limit", type=int, default=0, metavar="PER_MINUTE", help="streams per client per minute (0: off)"
+        "--rate-limit",
+        type=int,
+        default=limits.streams_per_client_per_minute,
+        metavar="PER_MINUTE",
+        help="streams per client per minute (0: off)",
     )
     parser.add_argument("--resume-window", type=float, default=limits.resume_window_s, metavar="SECONDS")
     parser.add_argument(
@@ -99,15 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="restart attempts in a row after an engine failure before exiting with status 3 (0: exit at once)",
     )
     parser.add_argument(
-        "--chunking", default=",".join(map(str, ChunkSchedule().sizes)), help="default chunk sizes, e.g. 2,4,8,16,25"
+        "--chunking",
+        default=",".join(map(str, limits.default_chunking.sizes)),
+        help="default chunk sizes, e.g. 2,4,8,16,25",
     )
     parser.add_argument(
-        "--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="running streams' time to finish"
+        "--shutdown-grace",
+        type=float,
+        default=options.shutdown_grace_s,
+        metavar="SECONDS",
+        help="running streams' time to finish",
     )
     parser.add_argument(
         "--drain-delay",
         type=float,
-        default=0.0,
+        default=options.drain_delay_s,
         metavar="SECONDS",
         help="on SIGTERM, answer NOT_SERVING but keep taking new streams this long (behind a balancer)",
     )
@@ -119,8 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
 def build_source(args: argparse.Namespace) -> CodeSource:
     """The code source the flags name, checked (files, checkpoint, engine installed) but not started."""
     if args.replay is not None:
-        from codecstream.server.replay import ReplaySource
-
         try:
             return ReplaySource.from_file(args.replay, args.replay_fps, args.replay_checkpoint)
         except (ProtocolError, ValueError, OSError) as error:
@@ -133,7 +151,7 @@ def build_source(args: argparse.Namespace) -> CodeSource:
         raise StartupError(
             f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"
         ) from None
-    except (CheckpointError, OSError, ValueError) as error:
+    except (ModelDirectoryError, OSError, ValueError) as error:
         raise StartupError(str(error).splitlines()[0]) from None
 
 
@@ -196,22 +214,16 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        try:
-            await server.bind()
-        except (BindError, ValueError, OSError) as error:
-            raise StartupError(str(error)) from None
-        starting = asyncio.ensure_future(server.supervisor.start())
+        starting = asyncio.ensure_future(server.start())
         if not await _finished_before(starting, stop):
             print("codecstream-server: stopped while starting", flush=True)
             return 0
-        if starting.exception() is not None:
-            error = starting.exception()
-            raise StartupError(f"the engine did not start: {type(error).__name__}: {error}".splitlines()[0])
-        port = server.port
+        if starting.exception() is not None:  # BindError, a TLS ValueError or SourceStartError: one line each
+            raise StartupError(str(starting.exception())) from None
         if args.port_file:
-            args.port_file.write_text(str(port))
-        print(f"codecstream-server: serving {source.model_name} on {options.host}:{port}", flush=True)
-        gave_up = asyncio.ensure_future(server.supervisor.gave_up.wait())
+            args.port_file.write_text(str(server.port))
+        print(f"codecstream-server: serving {source.model_name} on {options.host}:{server.port}", flush=True)
+        gave_up = asyncio.ensure_future(server.wait_until_source_gave_up())
         if await _finished_before(gave_up, stop):
             print("codecstream-server: error: the engine failed and could not be restarted", file=sys.stderr)
             return EXIT_ENGINE_FAILED

@@ -43,11 +43,8 @@ class ReferenceAudio:
 
 
 def decode_reference_audio(data: bytes, limits: ServerLimits) -> ReferenceAudio:
-    """Decode WAV/FLAC/OGG bytes to 24 kHz mono float32; raise ReferenceAudioError saying what is wrong."""
-    if len(data) > limits.max_reference_audio_bytes:
-        raise ReferenceAudioError(
-            f"{_FIELD} is {len(data)} bytes, the limit is {limits.max_reference_audio_bytes} bytes"
-        )
+    """Decode WAV/FLAC/OGG bytes to 24 kHz mono float32; raise ReferenceAudioError saying what is
+    wrong. Their size was checked with the rest of the Start (request_parsing.py)."""
     try:
         # The header alone says rate, channels and length: refuse before decoding anything.
         info = soundfile.info(io.BytesIO(data))

@@ -10,50 +10,35 @@ import numpy as np
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
 from codecstream.protocol.codes_file import CodesFile, load_codes_file
 from codecstream.protocol.digest import decoder_digest
-from codecstream.server.checkpoint_info import read_checkpoint_info
-from codecstream.server.source import (
-    CodeSource,
-    CodeStream,
-    ModelOffering,
-    StopReason,
-    SynthesisRequest,
-    TaskType,
-    VoiceInfo,
-)
+from codecstream.protocol.release import DIALECT_IDS, LANGUAGE_IDS, SPEAKER_DIALECTS, SPEAKER_IDS
+from codecstream.server.checkpoint_info import offering_of, read_checkpoint_info
+from codecstream.server.request import ModelOffering, SynthesisRequest, TaskType
+from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation
 
-#: What a server of the released Qwen3-TTS-12Hz-0.6B-CustomVoice checkpoint offers (its
-#: config.json's spk_id order and codec_language_id), so that replay without a checkpoint accepts
-#: the requests a real server would; replay serves VoiceDesign too, and Base when the recording
-#: carries reference codes.
-RELEASED_SPEAKERS = ("serena", "vivian", "uncle_fu", "ryan", "aiden", "ono_anna", "sohee", "eric", "dylan")
-RELEASED_LANGUAGES = (
-    "Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese", "Russian",
-    "Spanish",
-)  # fmt: skip
 #: The codec's own frame rate: replay at real-time pace by default.
 FRAMES_PER_SECOND = 12.5
 #: Stands in for a decoder digest when replay is not told which checkpoint the codes came from.
 UNKNOWN_DECODER_DIGEST = "sha256:" + "0" * 64
 
 
-class ReplayStream(CodeStream):
+class ReplayGeneration(Generation):
     def __init__(
         self,
         codes: np.ndarray,
         reference_codes: np.ndarray,
-        max_frames: int,
+        request: SynthesisRequest,
         frames_per_second: float,
         owner: ReplaySource,
     ) -> None:
-        self._codes = codes
-        self.reference_codes = reference_codes
-        self.max_frames = max_frames
+        super().__init__(request.max_frames, reference_codes)
+        self._codes = codes[: request.max_frames]
+        self._text_end = len(request.text)
         self._interval = 1.0 / frames_per_second if frames_per_second > 0 else 0.0
         self._owner = owner
         self._live = True
         self._aborted = asyncio.Event()
 
-    async def _frames(self) -> AsyncIterator[np.ndarray]:
+    async def _events(self) -> AsyncIterator[Event]:
         try:
             loop = asyncio.get_running_loop()
             due = loop.time()
@@ -62,9 +47,10 @@ class ReplayStream(CodeStream):
                 # an abort ends the wait at once, as an engine's abort ends the step.
                 due += self._interval
                 if self._aborted.is_set() or await self._abort_within(due - loop.time()):
+                    yield Finished(FinishReason.ABORTED)
                     return
-                yield self._codes[index : index + 1]
-            self.stop_reason = StopReason.EOS
+                yield Frames(self._codes[index : index + 1], 0, self._text_end)
+            yield Finished(FinishReason.LENGTH if len(self._codes) == self.max_frames else FinishReason.EOS)
         finally:
             self._release()
 
@@ -78,8 +64,8 @@ class ReplayStream(CodeStream):
             return False
         return True
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        return self._frames()
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
 
     async def abort(self) -> None:
         self._aborted.set()
@@ -125,21 +111,20 @@ class ReplaySource(CodeSource):
         info = read_checkpoint_info(pathlib.Path(checkpoint))
         return cls(recording, frames_per_second, decoder_digest(checkpoint), name, info.offering())
 
-    async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
+    async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         self._live += 1
         reference = self.recording.reference_codes
         if request.task_type is not TaskType.BASE:
             reference = reference[:0]
-        return ReplayStream(self.recording.codes, reference, request.max_frames, self.frames_per_second, self)
+        return ReplayGeneration(self.recording.codes, reference, request, self.frames_per_second, self)
 
     async def live_requests(self) -> int:
         return self._live
 
 
 def released_offering(with_base: bool) -> ModelOffering:
+    """What a server of the released Qwen3-TTS-12Hz-0.6B-CustomVoice checkpoint offers, so that
+    replay without a checkpoint accepts the requests a real server would; replay serves
+    VoiceDesign too, and Base when the recording carries reference codes."""
     task_types = (TaskType.CUSTOM_VOICE, TaskType.VOICE_DESIGN, *((TaskType.BASE,) if with_base else ()))
-    return ModelOffering(
-        task_types=task_types,
-        voices=tuple(VoiceInfo(name) for name in RELEASED_SPEAKERS),
-        languages=RELEASED_LANGUAGES,
-    )
+    return offering_of(task_types, SPEAKER_IDS, {**LANGUAGE_IDS, **DIALECT_IDS}, SPEAKER_DIALECTS)

@@ -1,8 +1,10 @@
-"""Start message -> SynthesisRequest, with a precise gRPC status for everything it rejects.
+"""Start message -> SynthesisRequest, with a precise gRPC status for everything it refuses.
 
-Every check here is cheap and bounded (lengths are compared before anything is scanned), so it
-runs on the event loop; decoding the reference audio and tokenizing the prompt come later, off it.
-Client input appears in messages only through `preview`.
+This is the one place a Start is checked: what it returns is canonical (the voice and language
+spelled as the model spells them, the limits applied), and the code sources trust it. Every check
+is cheap and bounded (lengths are compared before anything is scanned), so it runs on the event
+loop; decoding the reference audio and tokenizing the prompt come later, off it. Client input
+appears in messages only through `preview`.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codec_spec import spec_differences
 from codecstream.protocol.errors import ChunkingError
 from codecstream.protocol.preview import preview
+from codecstream.server.errors import Refusal, invalid
 from codecstream.server.limits import MAX_CLIENT_REQUEST_ID_BYTES, MAX_NAME_BYTES, ServerLimits
-from codecstream.server.source import ModelOffering, RequestRejected, SamplingOverrides, SynthesisRequest, TaskType
+from codecstream.server.request import AUTO_LANGUAGE, ModelOffering, SamplingOverrides, SynthesisRequest, TaskType
+from codecstream.server.text_input import StreamedText, text_length_problem
 from codecstream.v1 import codec_pb2
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -34,10 +38,6 @@ TASK_TYPE_ENUMS = {
 MAX_TEMPERATURE = 2.0
 
 
-def _invalid(message: str) -> RequestRejected:
-    return RequestRejected("INVALID_ARGUMENT", message)
-
-
 @dataclasses.dataclass(frozen=True)
 class ParsedStart:
     #: The request, without its reference audio decoded yet (see reference_audio.py).
@@ -54,39 +54,41 @@ def parse_start(
     if start.HasField("expected_codec"):
         differences = spec_differences(codec, start.expected_codec)
         if differences:
-            raise RequestRejected(
+            raise Refusal(
                 "FAILED_PRECONDITION", f"client decoder does not match this server's codec ({'; '.join(differences)})"
             )
     text = start.text
-    if len(text) > limits.max_text_chars:
-        raise _invalid(f"text has {len(text)} characters, the limit is {limits.max_text_chars}")
+    problem = text_length_problem(len(text), limits.max_text_chars)
+    if problem:
+        raise invalid(problem)
     if not start.streaming_text and not text.strip():
-        raise _invalid("text is empty")
+        raise invalid("text is empty")
     task = _check_task_type(start.task_type, offering)
     if start.streaming_text:
         if task is TaskType.BASE:
-            raise _invalid("streaming_text is offered for CUSTOM_VOICE and VOICE_DESIGN, not BASE")
+            raise invalid("streaming_text is offered for CUSTOM_VOICE and VOICE_DESIGN, not BASE")
         if start.resumable:
-            raise _invalid("streaming_text and resumable cannot be combined (text sent while disconnected is lost)")
+            raise invalid("streaming_text and resumable cannot be combined (text sent while disconnected is lost)")
     reference_audio = start.reference_audio.audio
     _check_reference(reference_audio, start.reference_audio.transcript, task, limits)
     instructions = start.instructions
     if len(instructions) > limits.max_instructions_chars:
-        raise _invalid(f"instructions has {len(instructions)} characters, the limit is {limits.max_instructions_chars}")
+        raise invalid(f"instructions has {len(instructions)} characters, the limit is {limits.max_instructions_chars}")
     if task is TaskType.VOICE_DESIGN and not instructions.strip():
-        raise _invalid("task type VOICE_DESIGN needs instructions describing the voice")
+        raise invalid("task type VOICE_DESIGN needs instructions describing the voice")
     language = _check_language(start.language, offering)
     voice = _check_voice(start.voice, task, offering)
     if start.max_frames > limits.max_frames:
-        raise _invalid(f"max_frames {start.max_frames} exceeds the server limit {limits.max_frames}")
+        raise invalid(f"max_frames {start.max_frames} exceeds the server limit {limits.max_frames}")
     if len(start.client_request_id.encode()) > MAX_CLIENT_REQUEST_ID_BYTES:
-        raise _invalid(f"client_request_id is longer than {MAX_CLIENT_REQUEST_ID_BYTES} bytes")
+        raise invalid(f"client_request_id is longer than {MAX_CLIENT_REQUEST_ID_BYTES} bytes")
     try:
         schedule = ChunkSchedule.from_policy(start.chunking, limits.default_chunking)
     except ChunkingError as error:
-        raise _invalid(f"chunking: {error}") from None
+        raise invalid(f"chunking: {error}") from None
+    streamed_text = StreamedText(text, limits.max_text_chars) if start.streaming_text else None
     request = SynthesisRequest(
-        text=text,
+        text="" if streamed_text else text,
         task_type=task,
         voice=voice,
         language=language,
@@ -95,6 +97,7 @@ def parse_start(
         seed=start.seed if start.HasField("seed") else None,
         sampling=_parse_sampling(start.sampling),
         max_frames=start.max_frames or limits.max_frames,
+        streamed_text=streamed_text,
     )
     return ParsedStart(request, schedule, reference_audio)
 
@@ -105,27 +108,27 @@ def _task_name(task: TaskType) -> str:
 
 def _check_task_type(value: int, offering: ModelOffering) -> TaskType:
     if value not in TASK_TYPES:
-        raise _invalid(f"unknown task type {value}; expected CUSTOM_VOICE, VOICE_DESIGN or BASE")
+        raise invalid(f"unknown task type {value}; expected CUSTOM_VOICE, VOICE_DESIGN or BASE")
     task = TASK_TYPES[value]
     if task not in offering.task_types:
         served = ", ".join(_task_name(t) for t in offering.task_types)
-        raise _invalid(f"task type {_task_name(task)} is not served by this model (it serves {served})")
+        raise invalid(f"task type {_task_name(task)} is not served by this model (it serves {served})")
     return task
 
 
 def _check_reference(audio: bytes, transcript: str, task: TaskType, limits: ServerLimits) -> None:
     if task is not TaskType.BASE:
         if audio or transcript:
-            raise _invalid("reference_audio is only used by task type BASE")
+            raise invalid("reference_audio is only used by task type BASE")
         return
     if not audio:
-        raise _invalid("task type BASE (voice clone) needs reference_audio.audio")
+        raise invalid("task type BASE (voice clone) needs reference_audio.audio")
     if len(audio) > limits.max_reference_audio_bytes:
-        raise _invalid(
+        raise invalid(
             f"reference_audio.audio is {len(audio)} bytes, the limit is {limits.max_reference_audio_bytes} bytes"
         )
     if len(transcript) > limits.max_reference_transcript_chars:
-        raise _invalid(
+        raise invalid(
             f"reference_audio.transcript has {len(transcript)} characters, "
             f"the limit is {limits.max_reference_transcript_chars}"
         )
@@ -134,16 +137,16 @@ def _check_reference(audio: bytes, transcript: str, task: TaskType, limits: Serv
 def _check_name_size(field: str, value: str) -> None:
     size = len(value.encode())
     if size > MAX_NAME_BYTES:
-        raise _invalid(f"{field} is {size} bytes, the limit is {MAX_NAME_BYTES}")
+        raise invalid(f"{field} is {size} bytes, the limit is {MAX_NAME_BYTES}")
 
 
 def _check_language(language: str, offering: ModelOffering) -> str:
     _check_name_size("language", language)
-    if not language.strip() or language.strip().lower() == "auto":
-        return "Auto"
+    if not language.strip() or language.strip().lower() == AUTO_LANGUAGE.lower():
+        return AUTO_LANGUAGE
     known = {name.lower(): name for name in offering.languages}
     if language.strip().lower() not in known:
-        raise _invalid(f"unknown language {preview(language)}; this model speaks: {', '.join(offering.languages)}")
+        raise invalid(f"unknown language {preview(language)}; this model speaks: {', '.join(offering.languages)}")
     return known[language.strip().lower()]
 
 
@@ -153,28 +156,28 @@ def _check_voice(voice: str, task: TaskType, offering: ModelOffering) -> str:
         if task is not TaskType.CUSTOM_VOICE:
             return ""
         if not offering.default_voice:
-            raise _invalid("this model has no preset voices, so CUSTOM_VOICE cannot be served")
+            raise invalid("this model has no preset voices, so CUSTOM_VOICE cannot be served")
         return offering.default_voice
     if task is not TaskType.CUSTOM_VOICE:
-        raise _invalid(f"voice is only used by task type CUSTOM_VOICE, got voice {preview(voice)}")
+        raise invalid(f"voice is only used by task type CUSTOM_VOICE, got voice {preview(voice)}")
     known = {v.name.lower(): v.name for v in offering.voices}
     if voice.strip().lower() not in known:
         names = ", ".join(v.name for v in offering.voices)
-        raise _invalid(f"unknown voice {preview(voice)}; this model has: {names}")
+        raise invalid(f"unknown voice {preview(voice)}; this model has: {names}")
     return known[voice.strip().lower()]
 
 
 def _parse_sampling(sampling: pb.SamplingParams) -> SamplingOverrides:
     temperature = sampling.temperature if sampling.HasField("temperature") else None
     if temperature is not None and not (math.isfinite(temperature) and 0 < temperature <= MAX_TEMPERATURE):
-        raise _invalid(f"sampling.temperature must be in (0, {MAX_TEMPERATURE:g}], got {temperature:g}")
+        raise invalid(f"sampling.temperature must be in (0, {MAX_TEMPERATURE:g}], got {temperature:g}")
     top_p = sampling.top_p if sampling.HasField("top_p") else None
     if top_p is not None and not 0 < top_p <= 1:
-        raise _invalid(f"sampling.top_p must be in (0, 1], got {top_p:g}")
+        raise invalid(f"sampling.top_p must be in (0, 1], got {top_p:g}")
     top_k = sampling.top_k if sampling.HasField("top_k") else None
     if top_k is not None and top_k < 1:
-        raise _invalid(f"sampling.top_k must be >= 1, got {top_k}")
+        raise invalid(f"sampling.top_k must be >= 1, got {top_k}")
     penalty = sampling.repetition_penalty if sampling.HasField("repetition_penalty") else None
     if penalty is not None and not (math.isfinite(penalty) and penalty > 0):
-        raise _invalid(f"sampling.repetition_penalty must be finite and > 0, got {penalty:g}")
+        raise invalid(f"sampling.repetition_penalty must be finite and > 0, got {penalty:g}")
     return SamplingOverrides(temperature=temperature, top_p=top_p, top_k=top_k, repetition_penalty=penalty)

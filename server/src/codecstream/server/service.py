@@ -17,14 +17,16 @@ import grpc
 from codecstream.protocol.preview import preview
 from codecstream.server import __version__
 from codecstream.server.auth import principal
+from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
 from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
 from codecstream.server.metrics import Metrics
 from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
+from codecstream.server.request import TaskType
 from codecstream.server.request_parsing import TASK_TYPE_ENUMS, parse_start
-from codecstream.server.session import Attachment, ResumeUnavailable, StreamSession
-from codecstream.server.source import CodeSource, RequestRejected, SourceUnavailable, TaskType
-from codecstream.server.text_stream import SegmentedCodeStream, TextInputViolation
+from codecstream.server.segmenting import SegmentingSource
+from codecstream.server.session import Attachment, StreamSession
+from codecstream.server.source import CodeSource
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -34,19 +36,12 @@ STARTING = "the engine is starting"
 SHUTTING_DOWN = "the server is shutting down; retry on another replica"
 
 
-class _Rejected(Exception):
-    """Refuse the call with `status` (a grpc.StatusCode name) and `message`."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     def __init__(self, source: CodeSource, limits: ServerLimits | None = None, metrics: Metrics | None = None) -> None:
         self.source = source
         self.limits = limits = limits or ServerLimits()
+        # Streamed text reaches every source through the segmenter (segmenting.py).
+        self._generator = SegmentingSource(source, limits)
         self.metrics = metrics or Metrics()
         self.sessions: dict[str, StreamSession] = {}
         self._rate_limiter = RateLimiter(limits.streams_per_client_per_minute)
@@ -78,7 +73,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, _Rejected("INVALID_ARGUMENT", request.reason))
+            await self._reject(context, invalid(request.reason))
         limits = self.limits
         return pb.GetCodecInfoResponse(
             codec=self.source.codec,
@@ -105,7 +100,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, _Rejected("INVALID_ARGUMENT", request.reason))
+            await self._reject(context, invalid(request.reason))
         offering = self.source.offering
         return pb.ListVoicesResponse(
             voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in offering.voices],
@@ -125,9 +120,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             elif kind == "resume":
                 session, first_seq = await self._resume(first.resume, context)
             else:
-                raise _Rejected("INVALID_ARGUMENT", f"first message must be start or resume, got {kind or 'empty'}")
-        except _Rejected as rejection:
-            await self._reject(context, rejection)
+                raise invalid(f"first message must be start or resume, got {kind or 'empty'}")
+        except Refusal as refusal:
+            await self._reject(context, refusal)
             return
         except asyncio.CancelledError:
             self.metrics.abandoned.inc()
@@ -148,7 +143,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             else:
                 # The connection went away (or stalled) before End: a resumable stream waits for its client.
                 why = "client stopped reading" if stalled else "client disconnected"
-                session.detach(attachment, self.limits.resume_window_s, lambda: self._expire(session, why))
+                session.detach(attachment, lambda: self._expire(session, why))
         if attachment.violation:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, attachment.violation)
         if attachment.superseded:
@@ -163,14 +158,14 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         try:
             first = await asyncio.wait_for(anext(requests), timeout)
         except StopAsyncIteration:
-            raise _Rejected(
+            raise Refusal(
                 "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
             ) from None
         except asyncio.TimeoutError:
             message = f"no Start or Resume within {timeout:g} s of opening the call"
-            raise _Rejected("DEADLINE_EXCEEDED", message) from None
+            raise Refusal("DEADLINE_EXCEEDED", message) from None
         if isinstance(first, UnreadableMessage):
-            raise _Rejected("INVALID_ARGUMENT", first.reason)
+            raise invalid(first.reason)
         return first
 
     async def _write(self, context, response: pb.SynthesizeResponse) -> bool:
@@ -183,21 +178,18 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def _open(self, start: pb.Start, context) -> tuple[StreamSession, int]:
         if self._unavailable:
-            raise _Rejected("UNAVAILABLE", self._unavailable)
-        try:
-            parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
-        except RequestRejected as rejection:
-            raise _Rejected(rejection.status, rejection.message) from None
+            raise Refusal("UNAVAILABLE", self._unavailable)
+        parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
         active = self._opening + sum(1 for s in self.sessions.values() if not s.finished)
         if active >= self.limits.max_concurrent_streams:
-            raise _Rejected(
+            raise Refusal(
                 "RESOURCE_EXHAUSTED",
                 f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
             )
         caller = principal(context.invocation_metadata(), context.peer())
         wait_s = self._rate_limiter.try_acquire(caller)
         if wait_s:
-            raise _Rejected(
+            raise Refusal(
                 "RESOURCE_EXHAUSTED",
                 f"client {caller} exceeded {self.limits.streams_per_client_per_minute} streams per minute; "
                 f"retry in {wait_s:.1f} s",
@@ -209,44 +201,37 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             request = parsed.request
             if request.task_type is TaskType.BASE:
                 request = dataclasses.replace(request, reference=await self._decode_reference(parsed.reference_audio))
-            if start.streaming_text:
-                # The Header goes out at once; each segment is an engine request of its own.
-                code_stream = SegmentedCodeStream(self.source, request, stream_id, self.limits)
-            else:
-                code_stream = await self.source.open(request, stream_id)
-        except _Rejected:
+            generation = await self._generator.open(request, stream_id)
+        except Refusal:
             raise
-        except RequestRejected as rejection:
-            raise _Rejected(rejection.status, rejection.message) from None
         except SourceUnavailable as failure:
-            raise _Rejected("UNAVAILABLE", str(failure)) from None
+            raise Refusal("UNAVAILABLE", str(failure)) from None
         except Exception:
             log.exception("stream %s: opening failed", stream_id)
             self.metrics.errors.labels(kind="internal").inc()
-            raise _Rejected("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
+            raise Refusal("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
         finally:
             self._opening -= 1
-        if isinstance(code_stream, SegmentedCodeStream):
-            text_so_far = lambda: code_stream.text  # noqa: E731 - it grows as TextInput arrives
-        else:
-            text_so_far = lambda: request.text  # noqa: E731
         session = StreamSession(
             stream_id,
-            code_stream,
+            request,
+            generation,
             parsed.schedule,
             start.client_request_id,
             principal=caller,
-            resumable=start.resumable and self.limits.resume_window_s > 0,
+            resume_window_s=self.limits.resume_window_s if start.resumable else 0.0,
             retained_chunks=self.limits.resume_retained_chunks,
             metrics=self.metrics,
-            text_so_far=text_so_far,
         )
         self.sessions[stream_id] = session
         session.start(self.source.codec)
         self.metrics.started.inc()
         self.metrics.active.set(len(self.sessions))
         log.info(
-            "stream %s started (client_request_id=%r, %d chars)", stream_id, start.client_request_id, len(request.text)
+            "stream %s started (client_request_id=%r, %d chars)",
+            stream_id,
+            start.client_request_id,
+            len(request.text_so_far),
         )
         return session, 0
 
@@ -254,12 +239,12 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         try:
             return await asyncio.to_thread(decode_reference_audio, audio, self.limits)
         except ReferenceAudioError as error:
-            raise _Rejected("INVALID_ARGUMENT", str(error)) from None
+            raise invalid(str(error)) from None
 
     async def _resume(self, resume: pb.Resume, context) -> tuple[StreamSession, int]:
         size = len(resume.stream_id.encode())
         if size > MAX_STREAM_ID_BYTES:
-            raise _Rejected("INVALID_ARGUMENT", f"resume.stream_id is {size} bytes, the limit is {MAX_STREAM_ID_BYTES}")
+            raise invalid(f"resume.stream_id is {size} bytes, the limit is {MAX_STREAM_ID_BYTES}")
         session = self.sessions.get(resume.stream_id)
         # Another principal's stream is reported exactly like an unknown one: ids must not leak.
         if (
@@ -267,16 +252,13 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             or not session.resumable
             or session.principal != principal(context.invocation_metadata(), context.peer())
         ):
-            raise _Rejected(
+            raise Refusal(
                 "NOT_FOUND",
                 f"no resumable stream {preview(resume.stream_id)} on this server "
                 "(expired, finished or never resumable)",
             )
         last = resume.last_acked_seq if resume.HasField("last_acked_seq") else None
-        try:
-            first_seq = session.check_resume(last)
-        except ResumeUnavailable as unavailable:
-            raise _Rejected(unavailable.status, unavailable.message) from None
+        first_seq = session.check_resume(last)
         if last is not None:
             session.acknowledge(last)
         self.metrics.resumes.inc()
@@ -337,10 +319,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             del self.sessions[session.stream_id]
         self.metrics.active.set(len(self.sessions))
 
-    async def _reject(self, context, rejection: _Rejected):
-        self.metrics.rejected.labels(status=rejection.status.lower()).inc()
-        log.info("rejected: %s %s", rejection.status, rejection.message)
-        await context.abort(getattr(grpc.StatusCode, rejection.status), rejection.message)
+    async def _reject(self, context, refusal: Refusal):
+        self.metrics.rejected.labels(status=refusal.status.lower()).inc()
+        log.info("rejected: %s %s", refusal.status, refusal.message)
+        await context.abort(getattr(grpc.StatusCode, refusal.status), refusal.message)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 A session outlives its connection: generation runs in its own task and appends Chunks; a
 connection follows the session from some seq on. That is what lets a client reattach (Resume)
 without re-synthesis, and what makes cancel, disconnect, engine failure and shutdown one code
-path: `stop()`. Whatever fails, the session decides exactly one End.
+path: `stop()`. The session is a small state machine (`Phase`, drawn as a table in
+docs/architecture.md), and `_decide_end` is the one place that turns what happened into End.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.protocol.text_timing import merge_spans, text_offset_played
+from codecstream.server.errors import GenerationFailed, Refusal, TextInputViolation
 from codecstream.server.metrics import Metrics
-from codecstream.server.source import CodeStream, GenerationFailed, StopReason
-from codecstream.server.text_stream import SegmentedCodeStream, TextInputViolation
+from codecstream.server.request import SynthesisRequest
+from codecstream.server.source import Finished, FinishReason, Frames, Generation, SegmentEnd
 from codecstream.v1 import synthesis_pb2 as pb
 from google.protobuf import timestamp_pb2
 
@@ -33,20 +35,39 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 2.0
 
 
-class ResumeUnavailable(Exception):
-    """A Resume that cannot be served; `status` is the gRPC status code name."""
+class Phase(enum.Enum):
+    #: Created with its Header; generation not started yet.
+    OPENED = "opened"
+    #: Frames are chunked and appended as the generation yields them.
+    GENERATING = "generating"
+    #: A stop was asked for (cancel, disconnect, violation, engine failure, shutdown): the
+    #: generation is aborted; what it still yields is counted, never sent.
+    STOPPING = "stopping"
+    #: End is decided; nothing changes any more.
+    ENDED = "ended"
 
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
-
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class StopRequest:
     reason: int
     message: str = ""
     played_frames: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Generation failed; `message` is End.message."""
+
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetReached:
+    """Header.max_frames frames were sent."""
+
+
+#: What ended a generation, as `_decide_end` weighs it; None: stop() gave up waiting for it.
+Outcome = Finished | Failure | BudgetReached | None
 
 
 class Attachment:
@@ -59,36 +80,64 @@ class Attachment:
         self.violation: str | None = None
 
 
+class _PendingFrames:
+    """Frames generated but not yet in a chunk, with the text span of each run of them."""
+
+    def __init__(self) -> None:
+        self._runs: collections.deque[Frames] = collections.deque()
+        self.count = 0
+
+    def add(self, frames: Frames) -> None:
+        self._runs.append(frames)
+        self.count += len(frames.codes)
+
+    def take(self, wanted: int) -> tuple[np.ndarray, int, int]:
+        """The first `wanted` frames (all of them if fewer wait) and the span of text they speak."""
+        parts, start, end = [], None, 0
+        while wanted and self._runs:
+            run = self._runs.popleft()
+            if len(run.codes) > wanted:
+                self._runs.appendleft(Frames(run.codes[wanted:], run.text_start, run.text_end))
+                run = Frames(run.codes[:wanted], run.text_start, run.text_end)
+            parts.append(run.codes)
+            start = run.text_start if start is None else min(start, run.text_start)
+            end = max(end, run.text_end)
+            wanted -= len(run.codes)
+            self.count -= len(run.codes)
+        return np.concatenate(parts), start or 0, end
+
+
 class StreamSession:
     def __init__(
         self,
         stream_id: str,
-        code_stream: CodeStream,
+        request: SynthesisRequest,
+        generation: Generation,
         schedule: ChunkSchedule,
         client_request_id: str,
         principal: str,
-        resumable: bool,
+        resume_window_s: float,
         retained_chunks: int,
         metrics: Metrics,
-        text_so_far: Callable[[], str] = str,
     ) -> None:
         self.stream_id = stream_id
         #: Who started the stream: only they may resume it.
         self.principal = principal
-        self.resumable = resumable
-        self._code_stream = code_stream
+        #: How long the stream waits for a Resume once its connection is gone; 0: not resumable.
+        self.resume_window_s = resume_window_s
+        self.phase = Phase.OPENED
+        self._request = request
+        self._generation = generation
         self._schedule = schedule
-        self._max_frames = code_stream.max_frames
+        self._max_frames = generation.max_frames
         self._retained_limit = retained_chunks
         self._metrics = metrics
-        #: The text received so far (it grows for streamed text).
-        self._text = text_so_far
         #: (first_frame, num_frames, text_start, text_end) of every chunk, for End.text_offset_played.
         self._chunk_spans: list[tuple[int, int, int, int]] = []
         self._started = time.monotonic()
         started_at = timestamp_pb2.Timestamp()
         started_at.GetCurrentTime()
-        reference = code_stream.reference_codes
+        reference = generation.reference_codes
         self.header = pb.Header(
             stream_id=stream_id,
             reference_codes=pack_codes(reference) if len(reference) else b"",
@@ -96,11 +145,12 @@ class StreamSession:
             client_request_id=client_request_id,
             started_at=started_at,
             max_frames=self._max_frames,
+            resume_window_ms=round(resume_window_s * 1000),
         )
         #: Chunks not yet dropped: unsent ones always, sent ones until acked (resumable streams).
         self._chunks: collections.deque[pb.Chunk] = collections.deque()
         self._next_seq = 0
-        self._frames_sent_in_chunks = 0
+        self._frames_sent = 0
         self._first_frame_us = 0
         self._last_sent_seq = -1
         self._stop: StopRequest | None = None
@@ -111,92 +161,110 @@ class StreamSession:
         self._attachment: Attachment | None = None
         self._detach_timer: asyncio.TimerHandle | None = None
 
+    @property
+    def resumable(self) -> bool:
+        return self.resume_window_s > 0
+
+    @property
+    def finished(self) -> bool:
+        return self.phase is Phase.ENDED
+
     # -- generation --------------------------------------------------------------------------
 
     def start(self, codec) -> None:
         self.header.codec.CopyFrom(codec)
+        self.phase = Phase.GENERATING
         self._task = asyncio.create_task(self._generate(), name=f"generate-{self.stream_id}")
 
     def _elapsed_us(self) -> int:
         return int((time.monotonic() - self._started) * 1e6)
 
     async def _generate(self) -> None:
-        reason, message = pb.END_REASON_EOS, ""
+        outcome: Outcome = None
         try:
-            reason = await self._chunk_frames()
+            outcome = await self._chunk_frames()
         except asyncio.CancelledError:
             pass  # stop() gave up waiting for the generator; the stop request says why
         except GenerationFailed as error:
             log.warning("stream %s: generation failed: %s", self.stream_id, error)
-            reason, message = pb.END_REASON_ERROR, f"generation failed: {error}"
+            outcome = Failure(f"generation failed: {error}")
             self._metrics.errors.labels(kind="generation").inc()
         except Exception:  # a bug: the client gets End(ERROR) and the log the traceback, not a hang
             log.exception("stream %s: generation failed", self.stream_id)
-            reason, message = pb.END_REASON_ERROR, f"internal server error (logged with stream id {self.stream_id})"
+            outcome = Failure(f"internal server error (logged with stream id {self.stream_id})")
             self._metrics.errors.labels(kind="internal").inc()
         finally:
-            await self._abort_generator()
+            await self._abort_generation()
             if self._stop is not None:
-                reason, message = self._stop.reason, self._stop.message
-                self._metrics.frames_after_stop.observe(self._frames_after_stop + self._code_stream.frames_after_abort)
-            await self._finish(reason, message)
+                self._metrics.frames_after_stop.observe(self._frames_after_stop)
+            await self._finish(*self._decide_end(outcome))
 
-    async def _chunk_frames(self) -> int:
-        """Group generated frames into chunks until the generator ends; return the End reason."""
+    async def _chunk_frames(self) -> Finished | BudgetReached:
+        """Group the generation's frames into chunks until it finishes or the budget is sent."""
         sizes = iter(self._schedule)
         target = next(sizes)
-        pending: list[np.ndarray] = []
-        pending_frames = 0
-        total = 0
+        pending = _PendingFrames()
+        generated = 0
         last_step = None
-        async for frames in self._code_stream:
-            if not len(frames):  # a segment of streamed text ended: its frames get their own chunk
-                if pending_frames and self._stop is None:
-                    await self._emit(np.concatenate(pending))
-                    pending, pending_frames = [], 0
-                    target = next(sizes)
-                continue
+        async for event in self._generation:
+            if isinstance(event, Finished):
+                if pending.count and self._stop is None:
+                    await self._emit(*pending.take(pending.count))
+                return event
             if self._stop is not None:
-                # Generated after the stop was asked for: never sent, counted.
-                self._frames_after_stop += len(frames)
+                if isinstance(event, Frames):  # generated after the stop was asked for: counted, never sent
+                    self._frames_after_stop += len(event.codes)
+                continue
+            if isinstance(event, SegmentEnd):  # frames of two segments never share a chunk
+                if pending.count:
+                    await self._emit(*pending.take(pending.count))
+                    target = next(sizes)
                 continue
             now = time.monotonic()
             if last_step is not None:
                 self._metrics.step_interval.observe(now - last_step)
             last_step = now
-            if total == 0 and len(frames):
+            if generated == 0:
                 self._first_frame_us = self._elapsed_us()
                 self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
-            frames = frames[: self._max_frames - total]
-            total += len(frames)
-            pending.append(frames)
-            pending_frames += len(frames)
-            while pending_frames >= target:
-                block = np.concatenate(pending)
-                await self._emit(block[:target])
-                rest = block[target:]
-                pending, pending_frames = ([rest] if len(rest) else []), len(rest)
+            codes = event.codes[: self._max_frames - generated]
+            generated += len(codes)
+            pending.add(Frames(codes, event.text_start, event.text_end))
+            while pending.count >= target:
+                await self._emit(*pending.take(target))
                 target = next(sizes)
-            if total >= self._max_frames:
-                break
-        if pending_frames:
-            await self._emit(np.concatenate(pending))
-        if total >= self._max_frames:
-            return pb.END_REASON_MAX_FRAMES
-        if self._code_stream.stop_reason is StopReason.MAX_FRAMES:
-            # The engine stopped at its length limit before the announced budget: the budget
-            # was computed wrongly, and saying MAX_FRAMES would be a false reason.
-            raise GenerationFailed(f"the engine stopped at its length limit after {total} of {self._max_frames} frames")
-        return pb.END_REASON_EOS
+            if generated >= self._max_frames:
+                if pending.count:
+                    await self._emit(*pending.take(pending.count))
+                return BudgetReached()
+        raise GenerationFailed("the generator ended without saying why")
 
-    async def _emit(self, codes: np.ndarray) -> None:
-        text_start, text_end = self._code_stream.text_span() or (0, len(self._text()))
-        self._chunk_spans.append((self._frames_sent_in_chunks, len(codes), text_start, text_end))
+    def _decide_end(self, outcome: Outcome) -> tuple[int, str]:
+        """End's reason and message, from the stop asked for (if any) and how generation ended."""
+        if self._stop is not None:
+            return self._stop.reason, self._stop.message
+        if isinstance(outcome, Failure):
+            return pb.END_REASON_ERROR, outcome.message
+        if isinstance(outcome, BudgetReached):
+            return pb.END_REASON_MAX_FRAMES, ""
+        if isinstance(outcome, Finished) and outcome.reason is FinishReason.EOS:
+            return pb.END_REASON_EOS, ""
+        if isinstance(outcome, Finished) and outcome.reason is FinishReason.LENGTH:
+            # The generator stopped at its length limit before the announced budget: the budget
+            # was computed wrongly, and saying MAX_FRAMES would be a false reason.
+            return pb.END_REASON_ERROR, (
+                f"generation failed: the engine stopped at its length limit after {self._frames_sent} "
+                f"of {self._max_frames} frames"
+            )
+        return pb.END_REASON_ERROR, "generation failed: the engine ended the request unasked"
+
+    async def _emit(self, codes: np.ndarray, text_start: int, text_end: int) -> None:
+        self._chunk_spans.append((self._frames_sent, len(codes), text_start, text_end))
         async with self._changed:
             self._chunks.append(
                 pb.Chunk(
                     seq=self._next_seq,
-                    first_frame=self._frames_sent_in_chunks,
+                    first_frame=self._frames_sent,
                     num_frames=len(codes),
                     codes=pack_codes(codes),
                     generated_at_us=self._elapsed_us(),
@@ -205,7 +273,7 @@ class StreamSession:
                 )
             )
             self._next_seq += 1
-            self._frames_sent_in_chunks += len(codes)
+            self._frames_sent += len(codes)
             self._changed.notify_all()
         self._metrics.frames.inc(len(codes))
 
@@ -213,14 +281,14 @@ class StreamSession:
         played = self._stop.played_frames if self._stop else 0
         spans = merge_spans(self._chunk_spans)
         if reason == pb.END_REASON_CANCELLED:
-            heard = text_offset_played(self._text(), spans, played)
+            heard = text_offset_played(self._request.text_so_far, spans, played)
             self._metrics.played_frames_at_cancel.inc(played)
             log.info("stream %s cancelled after %d played frames (%d characters heard)", self.stream_id, played, heard)
         else:
             heard = spans[-1].text_end if spans else 0
         end = pb.End(
             reason=reason,
-            frames_generated=self._frames_sent_in_chunks,
+            frames_generated=self._frames_sent,
             message=message,
             text_offset_played=heard,
             stats=pb.StreamStats(
@@ -233,16 +301,18 @@ class StreamSession:
         self._metrics.ended.labels(reason=pb.EndReason.Name(reason).removeprefix("END_REASON_").lower()).inc()
         async with self._changed:
             self.end = end
+            self.phase = Phase.ENDED
             self._changed.notify_all()
 
     async def stop(self, reason: int, message: str = "", played_frames: int = 0) -> None:
         """End the stream now (cancel, disconnect, engine failure, shutdown); returns once End is decided.
 
-        The generator is aborted and given STOP_WAIT_S to deliver its last step, so that what it
+        The generation is aborted and given STOP_WAIT_S to deliver its last step, so that what it
         generated after the stop is counted; a generator that hangs is cancelled."""
-        if self.end is None and self._stop is None:
+        if self.phase is Phase.GENERATING:
+            self.phase = Phase.STOPPING
             self._stop = StopRequest(reason, message, played_frames)
-            await self._abort_generator()
+            await self._abort_generation()
         if self._task is None:
             return
         with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
@@ -252,42 +322,39 @@ class StreamSession:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(self._task)
 
-    async def _abort_generator(self) -> None:
+    async def _abort_generation(self) -> None:
         # abort() promises not to raise; if it does anyway, End must still be decided.
         try:
-            await self._code_stream.abort()
+            await self._generation.abort()
         except Exception:
             log.exception("stream %s: aborting the generator failed", self.stream_id)
             self._metrics.errors.labels(kind="abort").inc()
 
     def push_text(self, text: str, flush: bool, end_of_input: bool) -> None:
         """A TextInput; TextInputViolation for one the contract forbids."""
-        if not isinstance(self._code_stream, SegmentedCodeStream):
+        streamed = self._request.streamed_text
+        if streamed is None:
             raise TextInputViolation("text input on a stream whose Start did not set streaming_text")
-        self._code_stream.push(text, flush, end_of_input)
-
-    @property
-    def finished(self) -> bool:
-        return self.end is not None
+        streamed.push(text, flush, end_of_input)
 
     # -- connections -------------------------------------------------------------------------
 
     def check_resume(self, last_acked_seq: int | None) -> int:
-        """The first seq a reattaching client needs; raise ResumeUnavailable if it is gone."""
+        """The first seq a reattaching client needs; raise Refusal(OUT_OF_RANGE) if it is gone."""
         wanted = 0 if last_acked_seq is None else last_acked_seq + 1
         if wanted > self._next_seq:
-            raise ResumeUnavailable(
+            raise Refusal(
                 "OUT_OF_RANGE",
                 f"stream {self.stream_id} has sent seq 0..{self._next_seq - 1}, cannot resume after {last_acked_seq}",
             )
         oldest = self._chunks[0].seq if self._chunks else self._next_seq
         if wanted < oldest:
-            raise ResumeUnavailable(
+            raise Refusal(
                 "OUT_OF_RANGE", f"stream {self.stream_id} no longer keeps seq {wanted} (oldest kept is {oldest})"
             )
         return wanted
 
-    async def follow(self, first_seq: int, attachment: Attachment) -> AsyncIterator[pb.SynthesizeResponse]:
+    async def follow(self, first_seq: int, attachment: Attachment):
         """Header, the chunks from `first_seq` on as they come, then End; stops early, without End,
         once `attachment` ends (the connection is torn down or superseded)."""
         yield pb.SynthesizeResponse(header=self.header)
@@ -351,13 +418,13 @@ class StreamSession:
             await self.end_attachment(previous)
         return self._attachment
 
-    def detach(self, attachment: Attachment, window_s: float, on_expiry) -> None:
-        """`attachment`'s connection went away. A resumable stream waits `window_s` for a Resume;
-        a superseded attachment changes nothing (another connection follows the session)."""
+    def detach(self, attachment: Attachment, on_expiry) -> None:
+        """`attachment`'s connection went away. A resumable stream waits its resume window for a
+        Resume; a superseded attachment changes nothing (another connection follows the session)."""
         if attachment is not self._attachment:
             return
         self._attachment = None
-        if self.resumable and window_s > 0:
-            self._detach_timer = asyncio.get_running_loop().call_later(window_s, on_expiry)
+        if self.resumable:
+            self._detach_timer = asyncio.get_running_loop().call_later(self.resume_window_s, on_expiry)
         else:
             on_expiry()

@@ -16,8 +16,9 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
+from codecstream.server.errors import SourceUnavailable
 from codecstream.server.metrics import Metrics
-from codecstream.server.source import CodeSource, SourceUnavailable
+from codecstream.server.source import CodeSource
 
 log = logging.getLogger(__name__)
 

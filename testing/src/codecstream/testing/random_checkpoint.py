@@ -43,56 +43,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from codecstream.protocol.checkpoint_files import SPEECH_TOKENIZER_DIR, TOKENIZER_MODEL_TYPE, WEIGHTS_FILE
+from codecstream.protocol.release import (
+    CODEC_EOS_TOKEN_ID,
+    CODEC_IDS,
+    DIALECT_IDS,
+    LANGUAGE_IDS,
+    SPEAKER_DIALECTS,
+    SPEAKER_IDS,
+)
 from codecstream.testing.random_text_tokenizer import WHOLE_WORDS, write_text_tokenizer
 from safetensors.torch import load_file, save_file
 
-WEIGHTS_FILE = "model.safetensors"
-SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 VARIANTS = ("custom_voice", "base", "voice_design")
 
-# Codec-side special ids of the released 12 Hz models (talker vocabulary of 3072 = 2048 codes + tags).
-CODEC_IDS = {
-    "codec_pad_id": 2148,
-    "codec_bos_id": 2149,
-    "codec_eos_token_id": 2150,
-    "codec_think_id": 2154,
-    "codec_nothink_id": 2155,
-    "codec_think_bos_id": 2156,
-    "codec_think_eos_id": 2157,
-}
-# The release's languages, in its order, then the two dialects its dialect voices switch to.
-LANGUAGE_IDS = {
-    "chinese": 2055,
-    "english": 2050,
-    "german": 2053,
-    "italian": 2070,
-    "portuguese": 2071,
-    "spanish": 2054,
-    "japanese": 2058,
-    "korean": 2064,
-    "french": 2061,
-    "russian": 2069,
-}
-DIALECT_IDS = {
-    "beijing_dialect": 2074,
-    "sichuan_dialect": 2062,
-}
-# The CustomVoice release's preset speakers and their codec-vocabulary token ids, in its order:
-# vLLM-Omni's speech API takes the first as the default voice.
-SPEAKER_IDS = {
-    "serena": 3066,
-    "vivian": 3065,
-    "uncle_fu": 3010,
-    "ryan": 3061,
-    "aiden": 2861,
-    "ono_anna": 2873,
-    "sohee": 2864,
-    "eric": 2875,
-    "dylan": 2878,
-}
-# The voices that speak a dialect: asked for Auto (or, in qwen-tts, Chinese), the talker takes the
-# dialect's language id instead.
-SPEAKER_DIALECTS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 # Top-level text-side ids of the release (Qwen's <|im_start|>, <|im_end|> and the TTS additions).
 TEXT_IDS = {
     "im_start_token_id": 151644,
@@ -246,7 +210,7 @@ def qwen3_tts_config(preset: Preset, variant: str) -> dict:
     config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
-        "tokenizer_type": "qwen3_tts_tokenizer_12hz",
+        "tokenizer_type": TOKENIZER_MODEL_TYPE,
         "tts_model_size": preset.tts_model_size,
         "tts_model_type": variant,
         "assistant_token_id": WHOLE_WORDS["assistant"],
@@ -321,7 +285,7 @@ def talker_tensors(preset: Preset, seed: int, mean_frames: float) -> dict[str, t
     tensors.update(_decoder_stack(rand, "talker.model.", talker))
     codec_head = rand.normal(TALKER_VOCAB_SIZE, h)
     codec_head[:, EOS_CHANNEL] = 0.0
-    codec_head[CODEC_IDS["codec_eos_token_id"], EOS_CHANNEL] = eos_logit_weight(mean_frames, h)
+    codec_head[CODEC_EOS_TOKEN_ID, EOS_CHANNEL] = eos_logit_weight(mean_frames, h)
     tensors["talker.codec_head.weight"] = codec_head
     tensors["talker.text_projection.linear_fc1.weight"] = rand.normal(text_h, text_h)
     tensors["talker.text_projection.linear_fc1.bias"] = torch.zeros(text_h)
@@ -384,7 +348,7 @@ def speech_encoder_tensors(encoder_config: dict, seed: int) -> dict[str, torch.T
 
 def write_speech_tokenizer_with_encoder(out_dir: Path, decoder_preset: str, seed: int) -> Path:
     """codecstream.decoder's speech_tokenizer/ (decoder.* only) plus the encoder.* the talker loads."""
-    from codecstream.decoder.random_checkpoint import write_speech_tokenizer
+    from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
     write_speech_tokenizer(out_dir, preset=decoder_preset, seed=seed)
     config = json.loads((out_dir / "config.json").read_text())

@@ -19,7 +19,8 @@ from codecstream.client.runtimes.artifact import StatefulArtifactDecoder, Window
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.program import Program
-from codecstream.client.runtimes.torch_eager import EagerTorchDecoder, looks_like_checkpoint
+from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
+from codecstream.protocol.checkpoint_files import has_decoder_weights
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
@@ -82,7 +83,7 @@ def _open(source: str | pathlib.Path, backend: str, threads: int | None, precisi
     directory = pathlib.Path(source)
     if not directory.is_dir():
         raise DecoderLoadError(f"{directory}: no such directory (expected a decoder artifact or checkpoint directory)")
-    if not (directory / MANIFEST_FILE).is_file() and looks_like_checkpoint(directory):
+    if not (directory / MANIFEST_FILE).is_file() and has_decoder_weights(directory):
         if backend not in ("auto", "torch"):
             raise DecoderLoadError(
                 f"{directory} is a checkpoint, which only the torch backend decodes; "

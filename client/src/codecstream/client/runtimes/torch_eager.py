@@ -17,7 +17,8 @@ from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.program import missing_runtime
 from codecstream.protocol.chunking import DEFAULT_RAMP, MAX_CHUNK_FRAMES
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
-from codecstream.protocol.digest import DigestError, decoder_digest
+from codecstream.protocol.digest import decoder_digest
+from codecstream.protocol.errors import CheckpointError
 from codecstream.v1 import codec_pb2
 
 #: "fp32": float32 weights and math with TF32 off; "tf32": float32 weights, TF32 matmuls and
@@ -31,13 +32,6 @@ _CUDA_LABELS = {
     "bf16": "bf16",
     "bf16-mixed": "bf16-mixed",
 }
-
-
-def looks_like_checkpoint(directory: pathlib.Path) -> bool:
-    return any(
-        (directory / name).is_file()
-        for name in ("model.safetensors", "speech_tokenizer/model.safetensors", "model.safetensors.index.json")
-    )
 
 
 class EagerTorchDecoder(LoadedDecoder):
@@ -54,7 +48,7 @@ class EagerTorchDecoder(LoadedDecoder):
     ) -> None:
         try:
             import torch
-            from codecstream.decoder import CheckpointError, StatefulDecoder, load_decoder
+            from codecstream.decoder import StatefulDecoder, load_decoder
         except ImportError as error:
             raise missing_runtime("the eager torch decoder (torch, codecstream-decoder)", "torch", error) from None
         cuda = torch.cuda.is_available()
@@ -70,7 +64,7 @@ class EagerTorchDecoder(LoadedDecoder):
         try:
             digest = decoder_digest(directory)
             model = load_decoder(directory)
-        except (CheckpointError, DigestError) as error:
+        except CheckpointError as error:
             raise DecoderLoadError(str(error)) from None
         codec = qwen3_tts_12hz_spec(digest)
         config = model.config

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 # Importing upstream's pipeline module also registers how `codes.audio` accumulates over steps
 # (one row per step, concatenated along dim 0) and that `codes.ref` is replaced, not appended.
+from codecstream.protocol.release import CODEC_EOS_TOKEN_ID
 from vllm_omni.config.stage_config import PipelineConfig, StageExecutionType, StagePipelineConfig
 from vllm_omni.model_executor.models.qwen3_tts import pipeline as _upstream_qwen3_tts_pipeline  # noqa: F401
 
@@ -17,7 +18,6 @@ PIPELINE_NAME = "qwen3_tts_talker_only"
 # vLLM-Omni's model registry by name so that loading this module does not import model code.
 TALKER_ARCH = "CodecstreamQwen3TTSTalker"
 TALKER_CLASS_PATH = "codecstream.server.engine.talker_model:CodecStreamingQwen3TTSTalker"
-CODEC_EOS_TOKEN_ID = 2150
 
 TALKER_ONLY_PIPELINE = PipelineConfig(
     model_type=PIPELINE_NAME,

@@ -3,13 +3,14 @@
 One request is one `AsyncOmni.generate` call on the talker-only pipeline. The engine yields one
 output per decode step. Its `codes.audio` is the whole history so far: first a tensor with one
 all-zero row per prompt position, then a list of per-step tensors that grows by one row of 16 codes
-per step, and at the end the concatenation. A stream converts only the rows it has not seen (per
-step work stays O(1), not O(frames so far)). The step that samples codec EOS (2150) adds no frame
-and ends the stream.
+per step, and at the end the concatenation. A generation converts only the rows it has not seen
+(per step work stays O(1), not O(frames so far)). The step that samples codec EOS
+(CODEC_EOS_TOKEN_ID) adds no frame and ends the request.
 
-Everything slow in a request (the prompt dict with the reference samples, tokenizing the text to
-size the prompt) is built in a worker thread, and the engine itself is created in one: the event
-loop keeps serving every other stream meanwhile.
+Requests arrive checked and canonical (request_parsing.py): the voice and language are passed to
+the talker as they are. Everything slow in a request (the prompt dict with the reference samples,
+tokenizing the text to size the prompt) is built in a worker thread, and the engine itself is
+created in one: the event loop keeps serving every other stream meanwhile.
 """
 
 from __future__ import annotations
@@ -25,28 +26,30 @@ from typing import Any
 
 import numpy as np
 from codecstream.protocol.codes import validate_codes
-from codecstream.protocol.decoding import NUM_CODEBOOKS
+from codecstream.protocol.decoding import NUM_CODEBOOKS, SAMPLE_RATE_HZ
 from codecstream.protocol.errors import CodesError
-from codecstream.protocol.preview import preview
-from codecstream.server.checkpoint_info import AUTO_LANGUAGE, read_checkpoint_info, resolve_model_dir
+from codecstream.server.checkpoint_info import read_checkpoint_info, resolve_model_dir
+from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, invalid
 from codecstream.server.reference_audio import silent_wav
+from codecstream.server.request import SynthesisRequest, TaskType
 from codecstream.server.source import (
+    NO_CODES,
     CodeSource,
-    CodeStream,
-    GenerationFailed,
-    RequestRejected,
-    SourceUnavailable,
-    StopReason,
-    SynthesisRequest,
-    TaskType,
+    Event,
+    Finished,
+    FinishReason,
+    Frames,
+    Generation,
 )
 
 log = logging.getLogger(__name__)
 
 _TALKER_STAGE = 0
-#: How long an abort may take before the stream stops waiting for the engine's acknowledgement.
+#: How long an abort may take before the generation stops waiting for the engine's acknowledgement.
 _ABORT_TIMEOUT_S = 2.0
 _ENGINE_DEAD = "the talker engine stopped (its worker failed or was killed); the server is restarting it"
+#: vLLM's finish reasons, as the generation reports them.
+_FINISH_REASONS = {"stop": FinishReason.EOS, "length": FinishReason.LENGTH, "abort": FinishReason.ABORTED}
 
 
 class FrameCursor:
@@ -68,7 +71,7 @@ class FrameCursor:
 
     def _new_rows(self, audio: Any) -> np.ndarray:
         if audio is None:
-            return _no_frames()
+            return NO_CODES
         if isinstance(audio, (list, tuple)):
             if self._parts_seen is None:
                 self._parts_seen, covered = 0, 0
@@ -77,7 +80,7 @@ class FrameCursor:
                     self._parts_seen += 1
             new_parts = audio[self._parts_seen :]
             self._parts_seen = len(audio)
-            rows = np.concatenate([_as_frames(part) for part in new_parts]) if new_parts else _no_frames()
+            rows = np.concatenate([_as_frames(part) for part in new_parts]) if new_parts else NO_CODES
         else:
             rows = _as_frames(audio.reshape(-1, NUM_CODEBOOKS)[self._rows_seen :])
             self._parts_seen = None
@@ -85,85 +88,89 @@ class FrameCursor:
         return rows
 
 
-class VllmTalkerStream(CodeStream):
+class VllmTalkerGeneration(Generation):
     """The frames of one engine request, in order, as the engine steps."""
 
     def __init__(
-        self, engine: Any, request_id: str, prompt: dict, sampling_params: Any, prompt_rows: int, max_frames: int
+        self,
+        engine: Any,
+        request_id: str,
+        outputs: AsyncIterator[Any],
+        first_output: Any,
+        prompt_rows: int,
+        max_frames: int,
+        text_chars: int,
     ) -> None:
+        reference = _codes_of(first_output).get("ref")
+        has_reference = reference is not None and len(reference)
+        super().__init__(max_frames, _as_frames(reference) if has_reference else NO_CODES)
         self._engine = engine
         self._request_id = request_id
-        self.max_frames = max_frames
-        self._outputs = engine.generate(prompt, request_id=request_id, sampling_params_list=[sampling_params])
-        self._first_output: Any | None = None
+        self._outputs = outputs
+        self._first_output: Any | None = first_output
         self._cursor = FrameCursor(prompt_rows)
+        self._text_chars = text_chars
         self._aborted = False
+        self._finished = False
 
-    async def accept(self) -> None:
-        """Wait for the engine's first output: the request was accepted and prefilled. Carries the
-        reference codes the talker encoded (voice clone). Raises RequestRejected or SourceUnavailable."""
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
         try:
-            self._first_output = await anext(self._outputs)
-        except StopAsyncIteration:
-            raise RequestRejected("UNAVAILABLE", "the engine ended the request before its first step") from None
-        except Exception as error:
-            raise _refusal(error) from None
-        reference = _codes_of(self._first_output).get("ref")
-        if reference is not None and len(reference):
-            self.reference_codes = _as_frames(reference)
-
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        return self._frames()
-
-    async def _frames(self) -> AsyncIterator[np.ndarray]:
-        try:
-            if self._first_output is not None:
-                first, self._first_output = self._first_output, None
-                frames = self._new_frames(first)
+            # Not kept once read: the first output holds the prompt's placeholder rows.
+            output, self._first_output = self._first_output, None
+            while output is not None:
+                frames = self._cursor.advance(_codes_of(output).get("audio"))
+                if output.finished:
+                    self._finished = True
+                    if len(frames) and not frames[-1].any():
+                        # An EOS step that carries a placeholder row (codebook 0 mapped to 0) is not a frame.
+                        frames = frames[:-1]
                 if len(frames):
-                    yield frames
-            async for output in self._outputs:
-                frames = self._new_frames(output)
-                if self._aborted:
-                    # Generated after abort (the step in flight): counted, never sent.
-                    self.frames_after_abort += len(frames)
-                elif len(frames):
-                    yield frames
+                    yield Frames(frames, 0, self._text_chars)
+                if output.finished:
+                    yield Finished(self._finish_reason(output.outputs[0].finish_reason))
+                    return
+                output = await anext(self._outputs, None)
+            if not self._aborted:
+                raise GenerationFailed("the engine ended the request without finishing it")
+            yield Finished(FinishReason.ABORTED)
         except GenerationFailed:
             raise
         except Exception as error:
             raise _failure(error) from None
         finally:
-            if self.stop_reason is None:
+            if not self._finished:
                 await self.abort()
             with contextlib.suppress(Exception):
                 await self._outputs.aclose()
 
-    def _new_frames(self, output: Any) -> np.ndarray:
-        frames = self._cursor.advance(_codes_of(output).get("audio"))
-        if output.finished:
-            if len(frames) and not frames[-1].any():
-                # An EOS step that carries a placeholder row (codebook 0 mapped to 0) is not a frame.
-                frames = frames[:-1]
-            if not self._aborted:
-                reason = output.outputs[0].finish_reason
-                self.stop_reason = StopReason.MAX_FRAMES if reason == "length" else StopReason.EOS
-        return frames
+    def _finish_reason(self, engine_reason: str) -> FinishReason:
+        if self._aborted:
+            return FinishReason.ABORTED
+        if engine_reason not in _FINISH_REASONS:
+            raise GenerationFailed(f"the engine finished the request with reason {engine_reason!r}")
+        return _FINISH_REASONS[engine_reason]
 
     async def abort(self) -> None:
         # The output generator may be suspended inside another task's `async for`; that task keeps
-        # reading until the engine ends the request, counting what the engine still generated.
-        if self._aborted or self.stop_reason is not None:
+        # reading until the engine ends the request, passing on what the engine still generated.
+        if self._aborted or self._finished:
             return
         self._aborted = True
-        try:
-            await asyncio.wait_for(self._engine.abort(self._request_id), _ABORT_TIMEOUT_S)
-        except Exception as error:  # a dead engine has nothing left to abort
-            log.info("request %s: abort failed: %s", self._request_id, error)
-        if not self._outputs.ag_running:
-            # Nobody is iterating: closing the generator lets AsyncOmni drop its request state now.
-            with contextlib.suppress(Exception):
-                await self._outputs.aclose()
+        await _abort_request(self._engine, self._request_id, self._outputs)
+
+
+async def _abort_request(engine: Any, request_id: str, outputs: Any) -> None:
+    try:
+        await asyncio.wait_for(engine.abort(request_id), _ABORT_TIMEOUT_S)
+    except Exception as error:  # a dead engine has nothing left to abort
+        log.info("request %s: abort failed: %s", request_id, error)
+    if not outputs.ag_running:
+        # Nobody is iterating: closing the generator lets AsyncOmni drop its request state now.
+        with contextlib.suppress(Exception):
+            await outputs.aclose()
 
 
 class VllmTalkerSource(CodeSource):
@@ -270,7 +277,7 @@ class VllmTalkerSource(CodeSource):
 
     # -- requests ----------------------------------------------------------------------------
 
-    async def open(self, request: SynthesisRequest, stream_id: str) -> CodeStream:
+    async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         engine = self._engine
         if engine is None:
             raise SourceUnavailable("the talker engine is not running")
@@ -280,80 +287,42 @@ class VllmTalkerSource(CodeSource):
         # N frames need N + 1 sampled tokens after the prompt.
         room = self._max_model_len - prompt_rows - 1
         if room < 1:
-            raise RequestRejected(
-                "INVALID_ARGUMENT",
+            raise invalid(
                 f"the prompt (text, instructions and reference) takes {prompt_rows} tokens; the engine's context "
-                f"holds {self._max_model_len}, which leaves no room for audio",
+                f"holds {self._max_model_len}, which leaves no room for audio"
             )
         max_frames = min(request.max_frames, room)
         prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
         sampling = self._sampling_params(request, max_frames)
-        stream = VllmTalkerStream(engine, stream_id, prompt, sampling, prompt_rows, max_frames)
+        outputs = engine.generate(prompt, request_id=stream_id, sampling_params_list=[sampling])
         try:
-            await stream.accept()
-        except BaseException:
-            await stream.abort()
+            # The first output: the request was accepted and prefilled; it carries the reference
+            # codes the talker encoded (voice clone).
+            first = await anext(outputs)
+        except StopAsyncIteration:
+            raise Refusal("UNAVAILABLE", "the engine ended the request before its first step") from None
+        except BaseException as error:
+            await _abort_request(engine, stream_id, outputs)
+            if isinstance(error, Exception):
+                raise _refusal(error) from None
             raise
-        return stream
+        return VllmTalkerGeneration(engine, stream_id, outputs, first, prompt_rows, max_frames, len(request.text))
 
     def _prompt(self, request: SynthesisRequest) -> tuple[dict[str, list], int]:
         """The prompt dict vLLM-Omni's Qwen3-TTS talker reads (as its OpenAI speech adapter builds
         it) and the number of positions it takes; runs in a worker thread."""
-        checkpoint = self.checkpoint
-        if request.task_type is not checkpoint.task_type:
-            raise RequestRejected(
-                "INVALID_ARGUMENT",
-                f"task type {request.task_type.value} is not served by this model: {self.model_name} is a "
-                f"{checkpoint.task_type.value} checkpoint",
-            )
         information: dict[str, list] = {
             "task_type": [request.task_type.value],
             "text": [request.text],
-            "language": [self._language(request.language)],
+            "language": [request.language],
             "instruct": [request.instructions],
             "max_new_tokens": [request.max_frames],
         }
         if request.task_type is TaskType.CUSTOM_VOICE:
-            information["speaker"] = [self._voice(request.voice)]
+            information["speaker"] = [request.voice]
         elif request.task_type is TaskType.BASE:
-            information.update(self._voice_clone(request))
+            information.update(_voice_clone(request))
         return information, self._prompt_length(information, request.task_type)
-
-    def _language(self, language: str) -> str:
-        name = (language or AUTO_LANGUAGE).strip()
-        if name.lower() == AUTO_LANGUAGE.lower():
-            return AUTO_LANGUAGE
-        if name.title() not in self.offering.languages:
-            raise RequestRejected(
-                "INVALID_ARGUMENT",
-                f"unknown language {preview(language)}: this model speaks {', '.join(self.offering.languages)}",
-            )
-        return name.title()
-
-    def _voice(self, voice: str) -> str:
-        name = (voice.strip() or self.offering.default_voice).lower()
-        if name not in self.checkpoint.voices:
-            known = ", ".join(self.checkpoint.voices)
-            raise RequestRejected("INVALID_ARGUMENT", f"unknown voice {preview(voice)}: this model has {known}")
-        return name
-
-    def _voice_clone(self, request: SynthesisRequest) -> dict[str, list]:
-        reference = request.reference
-        if reference is None:
-            raise RequestRejected("INVALID_ARGUMENT", "Base (voice clone) needs reference_audio")
-        from codecstream.protocol.decoding import SAMPLE_RATE_HZ
-
-        # With a transcript the talker clones in context (ICL): the reference codes become the
-        # decoder's left context. Without one it clones from the speaker embedding only.
-        in_context = bool(request.reference_text.strip())
-        information: dict[str, list] = {
-            "ref_audio": [[_inlined_array(reference.samples), SAMPLE_RATE_HZ]],
-            "x_vector_only_mode": [not in_context],
-            "ref_code_length": [reference.num_frames],
-        }
-        if in_context:
-            information["ref_text"] = [request.reference_text]
-        return information
 
     def _prompt_length(self, information: dict[str, list], task_type: TaskType) -> int:
         from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
@@ -387,11 +356,26 @@ class VllmTalkerSource(CodeSource):
         return params
 
 
+def _voice_clone(request: SynthesisRequest) -> dict[str, list]:
+    reference = request.reference
+    # With a transcript the talker clones in context (ICL): the reference codes become the
+    # decoder's left context. Without one it clones from the speaker embedding only.
+    in_context = bool(request.reference_text.strip())
+    information: dict[str, list] = {
+        "ref_audio": [[_inlined_array(reference.samples), SAMPLE_RATE_HZ]],
+        "x_vector_only_mode": [not in_context],
+        "ref_code_length": [reference.num_frames],
+    }
+    if in_context:
+        information["ref_text"] = [request.reference_text]
+    return information
+
+
 def _refusal(error: Exception) -> Exception:
     """What the client is told when the engine refuses a request before its first step."""
     if _is_engine_dead(error):
         return SourceUnavailable(_ENGINE_DEAD)
-    return RequestRejected("INVALID_ARGUMENT", f"the engine refused the request: {_one_line(error)}")
+    return invalid(f"the engine refused the request: {_one_line(error)}")
 
 
 def _failure(error: Exception) -> GenerationFailed:
@@ -420,10 +404,6 @@ def _inlined_array(samples: np.ndarray) -> dict:
 def _codes_of(output: Any) -> dict:
     multimodal = output.outputs[0].multimodal_output or {}
     return multimodal.get("codes") or {}
-
-
-def _no_frames() -> np.ndarray:
-    return np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
 
 
 def _row_count(part: Any) -> int:

@@ -8,7 +8,7 @@ init of the reference leaves the codebooks at zero (constant output), so:
     ~ N(0, 0.3), so the transformer (and its 72-frame window) matters more.
 The same (preset, seed, init) always writes the same bytes.
 
-    python -m codecstream.decoder.random_checkpoint OUT --preset tiny --seed 0 --init mild
+    python -m codecstream.testing.random_speech_tokenizer OUT --preset tiny --seed 0 --init mild
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import json
 from pathlib import Path
 
 import torch
-from codecstream.decoder.checkpoint import PREFIX, WEIGHTS_FILE
 from codecstream.decoder.config import MODEL_TYPE, DecoderConfig
 from codecstream.decoder.layers import ConvNeXtBlock, SnakeBeta
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.transformer import LayerScale
+from codecstream.protocol.checkpoint_files import DECODER_PREFIX, WEIGHTS_FILE
 from safetensors.torch import save_file
 
 PRESETS: dict[str, DecoderConfig] = {
@@ -193,14 +193,14 @@ def write_speech_tokenizer(out_dir: Path, preset: str = "tiny", seed: int = 0, i
     config = speech_tokenizer_config(model.config, encoder)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out_dir / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2) + "\n")
-    tensors = {PREFIX + name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+    tensors = {DECODER_PREFIX + name: tensor.contiguous() for name, tensor in model.state_dict().items()}
     save_file(tensors, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
     return out_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m codecstream.decoder.random_checkpoint",
+        prog="python -m codecstream.testing.random_speech_tokenizer",
         description="Write a random-weight Qwen3-TTS-Tokenizer-12Hz speech_tokenizer/ directory.",
     )
     parser.add_argument("out_dir", type=Path, help="directory to write (created if missing)")

@@ -1,0 +1,34 @@
+"""What can go wrong with a stream, as the server's layers tell each other.
+
+Before a stream's Header the answer is a `Refusal` (a gRPC status and its message); after it,
+`GenerationFailed` ends the stream with End(ERROR) and `TextInputViolation` with End(ERROR) then
+INVALID_ARGUMENT. `SourceUnavailable` is the engine itself failing. Messages name the field and
+the limit and quote client input only through `preview`.
+"""
+
+from __future__ import annotations
+
+
+class Refusal(Exception):
+    """A call refused before its Header: `status` is a grpc.StatusCode name ('INVALID_ARGUMENT')."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def invalid(message: str) -> Refusal:
+    return Refusal("INVALID_ARGUMENT", message)
+
+
+class GenerationFailed(Exception):
+    """Generation stopped on a failure; the message is one line a client may read (End.message)."""
+
+
+class SourceUnavailable(Exception):
+    """The source cannot serve at all (its engine died); the message says why, in one line."""
+
+
+class TextInputViolation(Exception):
+    """A TextInput the contract forbids; the message names the rule (never the client's text)."""
