@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from codecstream.decoder import (
-    MODES,
+    DECODING_MODES,
     CodesError,
     FullUtteranceDecoder,
     decode_utterance,
@@ -17,7 +17,7 @@ from codecstream.protocol.decoding import FrameDecoder
 from .conftest import random_codes
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", DECODING_MODES)
 def test_each_mode_returns_float32_samples_for_exactly_the_frames_given(mode, tiny_model):
     decoder = make_frame_decoder(tiny_model, mode)
     assert isinstance(decoder, FrameDecoder)
@@ -28,7 +28,7 @@ def test_each_mode_returns_float32_samples_for_exactly_the_frames_given(mode, ti
         assert float(np.max(np.abs(pcm))) <= 1.0
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", DECODING_MODES)
 def test_each_mode_refuses_bad_codes_with_a_message_naming_the_value(mode, tiny_model):
     decoder = make_frame_decoder(tiny_model, mode)
     codes = random_codes(4)

@@ -8,12 +8,11 @@ from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
 from codecstream.export.parity import stream_through
 from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
-from codecstream.protocol.manifest import read_manifest
+from codecstream.protocol.manifest import ARTIFACT_FORMATS, read_manifest
 from codecstream.protocol.pcm import snr_db
 
 from .conftest import MAX_CHUNK_FRAMES, random_codes
 
-FORMATS = ["onnx", "pte", "pt2"]
 RAMP = ChunkSchedule((2, 4, 8, 16, 25))
 # Past the 72-frame attention window and its 8-layer reach, so caches wrap many times.
 FRAMES = 240
@@ -30,7 +29,7 @@ def utterance(model):
     return codes, decode_utterance(model, codes)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
 def test_stateful_fp32_artifact_reproduces_the_full_decode_above_90_db(fmt, artifacts, utterance):
     codes, full = utterance
     decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
@@ -41,7 +40,7 @@ def test_stateful_fp32_artifact_reproduces_the_full_decode_above_90_db(fmt, arti
     assert snr > 90
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
 def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(fmt, artifacts, utterance, model):
     codes, full = utterance
     decoder = open_decoder(artifacts[(fmt, "windowed", "fp32")], backend=fmt)
@@ -54,7 +53,7 @@ def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(fmt, artifacts
     assert snr_db(eager, streamed) > 90
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
 def test_every_chunk_size_up_to_the_maximum_gives_the_same_stream(fmt, artifacts):
     codes = random_codes(MAX_CHUNK_FRAMES * 3, seed=4)
     one = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
@@ -87,7 +86,7 @@ def test_reset_starts_a_new_utterance(mode, artifacts):
     assert snr_db(fresh, decoder.decode(second)) > 120
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
 def test_primed_reference_codes_condition_the_stream_like_the_full_decode(fmt, artifacts, model):
     reference_codes, codes = random_codes(50, seed=8), random_codes(60, seed=9)
     full = decode_utterance(model, np.concatenate([reference_codes, codes]))[50 * 1920 :]
@@ -154,7 +153,7 @@ def test_warm_up_at_load_leaves_no_context_behind(mode, artifacts, tiny_checkpoi
         assert snr_db(cold, warm) > 100, backend
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
 def test_warm_up_decodes_each_size_its_runtime_needs_warmed(fmt, artifacts):
     """torch and ExecuTorch plan each input shape on its first call, so every size of the default
     ramp is decoded once at load; ONNX Runtime's CPU kernels are shape-independent (one call)."""

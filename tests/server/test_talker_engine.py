@@ -8,7 +8,6 @@ for a seed that gives one, among a few.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import numpy as np
 import pytest
@@ -152,10 +151,11 @@ def test_requests_the_checkpoint_cannot_serve_are_refused_before_the_engine(talk
 def test_an_empty_voice_is_the_checkpoint_default_voice(talker_engine):
     default = talker_engine.source.offering.default_voice
     assert default == "serena"  # the first spk_id of the released config, as vLLM-Omni's speech API picks it
-    unnamed = SynthesisRequest(text=TEXT, voice="", seed=4, max_frames=6)
+    unnamed = checked(talker_engine, voice="", seed=4, max_frames=6)
+    assert unnamed.voice == default
+    named = checked(talker_engine, voice="Serena", seed=4, max_frames=6)
     alone = talker_engine.collect(unnamed, "default-voice")
-    named = talker_engine.collect(dataclasses.replace(unnamed, voice=default), "named-default-voice")
-    np.testing.assert_array_equal(alone.codes, named.codes)
+    np.testing.assert_array_equal(alone.codes, talker_engine.collect(named, "named-default-voice").codes)
 
 
 def test_the_source_describes_the_checkpoint_it_serves(talker_engine):

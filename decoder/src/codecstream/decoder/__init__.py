@@ -16,7 +16,8 @@ from codecstream.decoder.streaming import StatefulDecoder, StatefulDecoderStep
 from codecstream.decoder.torch_frame_decoder import TorchFrameDecoder
 from codecstream.decoder.windowed import WindowedDecoder, WindowedDecoderModule
 
-MODES = ("stateful", "windowed", "windowed-plain", "full")
+#: How a FrameDecoder over the torch model decodes (artifacts offer the first two: manifest.ARTIFACT_MODES).
+DECODING_MODES = ("stateful", "windowed", "windowed-plain", "full")
 
 
 def make_frame_decoder(model: Qwen3TTSDecoder, mode: str = "stateful") -> TorchFrameDecoder:
@@ -29,11 +30,11 @@ def make_frame_decoder(model: Qwen3TTSDecoder, mode: str = "stateful") -> TorchF
         return WindowedDecoder(model, conv_split=False)
     if mode == "full":
         return FullUtteranceDecoder(model)
-    raise ValueError(f"unknown decoding mode {mode!r}, expected one of {list(MODES)}")
+    raise ValueError(f"unknown decoding mode {mode!r}, expected one of {list(DECODING_MODES)}")
 
 
 __all__ = [
-    "MODES",
+    "DECODING_MODES",
     "CheckpointError",
     "CodesError",
     "DecoderConfig",

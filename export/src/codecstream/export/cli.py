@@ -24,13 +24,12 @@ from codecstream.client.command_error import CommandError
 from codecstream.export.errors import ExportError
 from codecstream.export.exporter import (
     DEFAULT_MAX_CHUNK_FRAMES,
-    FORMATS,
-    MODES,
     STAGES,
     ExportRequest,
     export_decoder,
 )
 from codecstream.export.progress import Progress
+from codecstream.protocol.manifest import ARTIFACT_DTYPES, ARTIFACT_FORMATS, ARTIFACT_MODES
 
 PARITY_GROUP = "codecstream.parity"
 #: Exit status when a command could not do its job (as opposed to a parity check that failed).
@@ -50,16 +49,19 @@ def register_export_decoder(subparsers) -> None:
     parser.add_argument(
         "--format",
         required=True,
-        choices=FORMATS,
+        choices=ARTIFACT_FORMATS,
         help="pt2 (torch.export), pte (ExecuTorch + XNNPACK), onnx (ONNX Runtime)",
     )
     parser.add_argument(
-        "--mode", default="stateful", choices=MODES, help="stateful (exact, default) or windowed (72-frame window)"
+        "--mode",
+        default=ARTIFACT_MODES[0],
+        choices=ARTIFACT_MODES,
+        help="stateful (exact, default) or windowed (72-frame window)",
     )
     parser.add_argument(
         "--dtype",
         default="fp32",
-        choices=("fp32", "int8", "bf16", "bf16-mixed"),
+        choices=sorted({dtype for dtypes in ARTIFACT_DTYPES.values() for dtype in dtypes}),
         help="fp32 (default); int8 for pte and onnx (dynamic quantization); bf16 or bf16-mixed (bf16 matrix "
         "products, fp32 activations and state) for pt2",
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from codecstream.protocol.errors import CodecStreamError
 
-class ExportError(Exception):
+
+class ExportError(CodecStreamError):
     """A bad checkpoint, an unsupported format/mode/dtype combination, a missing optional
     dependency (the message names the extra to install) or a failed conversion."""

@@ -26,7 +26,10 @@ from codecstream.protocol.chunking import DEFAULT_RAMP, MAX_CHUNK_FRAMES
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import (
+    ARTIFACT_DTYPES,
     ARTIFACT_FILES,
+    ARTIFACT_FORMATS,
+    ARTIFACT_MODES,
     MANIFEST_FILE,
     ArtifactFile,
     Manifest,
@@ -36,10 +39,6 @@ from codecstream.protocol.manifest import (
 )
 from codecstream.protocol.pcm import snr_db
 
-FORMATS = ("pt2", "pte", "onnx")
-MODES = ("stateful", "windowed")
-#: dtypes each format can be exported in; see to_pt2 / to_pte / to_onnx for what each means.
-SUPPORTED_DTYPES = {"pt2": ("fp32", "bf16", "bf16-mixed"), "pte": ("fp32", "int8"), "onnx": ("fp32", "int8")}
 #: Python modules each format needs at export time, and the extra of codecstream-export that has them.
 REQUIREMENTS = {
     "pt2": ((), None),
@@ -63,13 +62,13 @@ class ExportRequest:
 
 def check_request(request: ExportRequest) -> None:
     """Refuse what cannot work before any slow step: bad combinations, missing dependencies."""
-    if request.format not in FORMATS:
-        raise ExportError(f"unknown format {request.format!r}, expected one of {', '.join(FORMATS)}")
-    if request.mode not in MODES:
-        raise ExportError(f"unknown mode {request.mode!r}, expected one of {', '.join(MODES)}")
-    supported = SUPPORTED_DTYPES[request.format]
+    if request.format not in ARTIFACT_FORMATS:
+        raise ExportError(f"unknown format {request.format!r}, expected one of {', '.join(ARTIFACT_FORMATS)}")
+    if request.mode not in ARTIFACT_MODES:
+        raise ExportError(f"unknown mode {request.mode!r}, expected one of {', '.join(ARTIFACT_MODES)}")
+    supported = ARTIFACT_DTYPES[request.format]
     if request.dtype not in supported:
-        others = [fmt for fmt, dtypes in SUPPORTED_DTYPES.items() if request.dtype in dtypes]
+        others = [fmt for fmt, dtypes in ARTIFACT_DTYPES.items() if request.dtype in dtypes]
         hint = f"; {request.dtype} is available for {', '.join(others)}" if others else ""
         raise ExportError(
             f"--dtype {request.dtype} is not supported for {request.format} artifacts "

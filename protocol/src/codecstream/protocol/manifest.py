@@ -34,9 +34,11 @@ from codecstream.v1 import codec_pb2
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
-MODES = ("stateful", "windowed")
-DTYPES = ("fp32", "bf16", "int8")
-FORMATS = ("onnx", "pte", "pt2")
+#: How an artifact decodes: "stateful" (exact; the state goes in and out) or "windowed" (72 frames).
+ARTIFACT_MODES = ("stateful", "windowed")
+#: Artifact formats and the dtypes each can be exported in (codecstream.export: to_pt2, to_pte, to_onnx).
+ARTIFACT_DTYPES = {"pt2": ("fp32", "bf16", "bf16-mixed"), "pte": ("fp32", "int8"), "onnx": ("fp32", "int8")}
+ARTIFACT_FORMATS = tuple(ARTIFACT_DTYPES)
 #: The file each format is written to inside an artifact directory.
 ARTIFACT_FILES = {"onnx": "decoder.onnx", "pte": "decoder.pte", "pt2": "decoder.pt2"}
 
@@ -176,13 +178,21 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ManifestError(f"{where}: not a valid decoder manifest (missing or malformed {error})") from None
-        if manifest.mode not in MODES:
-            raise ManifestError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(MODES)}")
+        if manifest.mode not in ARTIFACT_MODES:
+            raise ManifestError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(ARTIFACT_MODES)}")
         if manifest.mode == "windowed" and manifest.window is None:
             raise ManifestError(f"{where}: a windowed manifest needs a 'window' entry")
-        unknown = sorted(set(manifest.artifacts) - set(FORMATS))
+        unknown = sorted(set(manifest.artifacts) - set(ARTIFACT_FORMATS))
         if unknown:
-            raise ManifestError(f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(FORMATS)}")
+            raise ManifestError(
+                f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(ARTIFACT_FORMATS)}"
+            )
+        for fmt in manifest.artifacts:
+            if manifest.dtype not in ARTIFACT_DTYPES[fmt]:
+                raise ManifestError(
+                    f"{where}: dtype {manifest.dtype!r} is not one a {fmt} artifact is exported in "
+                    f"({', '.join(ARTIFACT_DTYPES[fmt])})"
+                )
         return manifest
 
 
