@@ -25,19 +25,17 @@ import functools
 import json
 import os
 import pathlib
-import platform
 import resource
 import shlex
 import subprocess
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
+from bench_record import RESULTS, machine, random_codes, versions, write_record
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "artifact_bench"
-RESULTS = ROOT / "benchmarks" / "results"
 FRAME_SECONDS = 0.08
 #: backend name -> (artifact format or "torch", dtype)
 BACKENDS = {
@@ -58,10 +56,6 @@ FIRST_STREAM_FRAMES = 80  # the ramp 2, 4, 8, 16, 25 and a 25-frame chunk
 def audio_seconds_per_call_budget(chunk: int) -> int:
     """Calls timed per chunk size: more for small chunks, enough for a median and a p90."""
     return max(6, min(30, 120 // chunk))
-
-
-def codes(frames: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
 
 # -- worker: one backend in its own process ----------------------------------------------------------
@@ -85,7 +79,7 @@ def worker(args: argparse.Namespace) -> None:
     }
 
     began = time.perf_counter()
-    decoder.decode(codes(2, 1))
+    decoder.decode(random_codes(2, 1))
     result["first_chunk_2_frames_cold_ms"] = round((time.perf_counter() - began) * 1000, 2)
     began = time.perf_counter()
     decoder.warm_up()  # what open_decoder does by default, after that one cold call
@@ -96,7 +90,7 @@ def worker(args: argparse.Namespace) -> None:
     per_chunk = {}
     for chunk in args.chunks:
         calls = audio_seconds_per_call_budget(chunk)
-        stream = codes(chunk * (calls + 2), 3)
+        stream = random_codes(chunk * (calls + 2), 3)
         decoder.reset()
         decoder.decode(stream[:chunk])  # warm-up call of this size
         times, cpu_times = [], []
@@ -123,7 +117,7 @@ def worker(args: argparse.Namespace) -> None:
     decoder.reset()
     pieces, start = [], 0
     for size in _ramp(PARITY_FRAMES):
-        pieces.append(decoder.decode(codes(PARITY_FRAMES, 9)[start : start + size]))
+        pieces.append(decoder.decode(random_codes(PARITY_FRAMES, 9)[start : start + size]))
         start += size
     result["parity_snr_db"] = round(snr_db(reference, np.concatenate(pieces)), 2)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -134,7 +128,7 @@ def first_stream(decoder) -> list[dict]:
     """The first stream after the warm-up, chunk by chunk along the default ramp: with every
     size warmed, each chunk costs what the steady medians say (no first-shape cost)."""
     decoder.reset()
-    stream, start, chunks = codes(FIRST_STREAM_FRAMES, 4), 0, []
+    stream, start, chunks = random_codes(FIRST_STREAM_FRAMES, 4), 0, []
     for size in _ramp(FIRST_STREAM_FRAMES):
         began = time.perf_counter()
         decoder.decode(stream[start : start + size])
@@ -166,7 +160,7 @@ def ensure_reference(checkpoint: pathlib.Path) -> pathlib.Path:
     if not path.exists():
         from codecstream.decoder import decode_utterance, load_decoder
 
-        np.save(path, decode_utterance(load_decoder(checkpoint), codes(PARITY_FRAMES, 9)))
+        np.save(path, decode_utterance(load_decoder(checkpoint), random_codes(PARITY_FRAMES, 9)))
     return path
 
 
@@ -324,37 +318,6 @@ def add_floor_fractions(row: dict, work: dict, speed: dict) -> None:
         )
 
 
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    return {
-        "cpu": model,
-        "logical_cpus": os.cpu_count(),
-        "isa": [
-            flag for flag in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if flag in flags
-        ],
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
-def versions() -> dict:
-    found = {}
-    for name in ("torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime", "numpy"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            continue
-    return found
-
-
-def write_results(results: dict, out: pathlib.Path, plot_results) -> None:
-    """The JSON record at `out` and its plot beside it (same name, .png)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    plot_results(results, out.with_suffix(".png"))
-
-
 def plot(results: dict, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -439,12 +402,12 @@ def main() -> None:
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "machine_speed": speed,
         "work_per_call": work,
-        "versions": versions(),
+        "versions": versions("torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime", "numpy"),
         "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "backends": rows,
     }
-    write_results(results, args.out, plot)
+    write_record(results, args.out, plot)
     print(f"[artifact_bench] wrote {args.out} and {args.out.with_suffix('.png')}", file=sys.stderr)
 
 

@@ -17,13 +17,13 @@ import argparse
 import json
 import os
 import pathlib
-import shlex
 import subprocess
 import sys
 import time
 
 import artifact_bench  # the real-size artifacts, the machine record
 import numpy as np
+from bench_record import decode_call_seconds, machine, versions, write_record
 
 #: policy name -> (intra-op threads, spinning allowed)
 POLICIES = {
@@ -39,14 +39,7 @@ def log(message: str) -> None:
 
 
 def timings(decoder, chunk: int, calls: int) -> dict:
-    stream = artifact_bench.codes(chunk * (calls + 1), 5)
-    decoder.reset()
-    decoder.decode(stream[:chunk])
-    times = []
-    for index in range(1, calls + 1):
-        began = time.perf_counter()
-        decoder.decode(stream[index * chunk : (index + 1) * chunk])
-        times.append((time.perf_counter() - began) * 1000)
+    times = [seconds * 1000 for seconds in decode_call_seconds(decoder, chunk, calls, seed=5)]
     return {
         "calls": calls,
         "median_ms": round(float(np.median(times)), 2),
@@ -134,14 +127,12 @@ def main() -> None:
         "benchmark": "contention_bench",
         "decoder": "real-size random weights, stateful fp32 ONNX artifact",
         "contention": "one other process spinning on one core (`while True: pass`)",
-        "machine": artifact_bench.machine(),
+        "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "versions": artifact_bench.versions(),
-        "command": shlex.join(["python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions("torch", "onnxruntime", "numpy"),
         "policies": rows,
     }
-    artifact_bench.write_results(results, args.out, plot)
+    write_record(results, args.out, plot)
     log(f"wrote {args.out}")
 
 

@@ -37,6 +37,7 @@ import threading
 import time
 
 import numpy as np
+from bench_record import decode_call_seconds, random_codes
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.pcm import snr_db
 
@@ -48,10 +49,6 @@ STREAM_FRAMES = 100
 PRIMED_FRAMES = 100
 
 
-def codes(frames: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
-
-
 def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
@@ -60,14 +57,7 @@ def per_chunk_size(decoder, calls: int) -> dict:
     """Latency per chunk size over a stream that carries its state."""
     result = {}
     for chunk in CHUNKS:
-        stream = codes(chunk * (calls + 1), 3)
-        decoder.reset()
-        decoder.decode(stream[:chunk])
-        times = []
-        for index in range(1, calls + 1):
-            began = time.perf_counter()
-            decoder.decode(stream[index * chunk : (index + 1) * chunk])
-            times.append(time.perf_counter() - began)
+        times = decode_call_seconds(decoder, chunk, calls, seed=3)
         median = float(np.median(times))
         result[str(chunk)] = {
             "calls": calls,
@@ -124,7 +114,7 @@ def measure_row(name: str, open_row, parity_codes: np.ndarray, calls: int) -> tu
 
 def concurrent_streams(decoder) -> dict:
     """STREAMS streams of one decoder, each chunk decoded by all of them at once from threads."""
-    utterances = [codes(STREAM_FRAMES, 20 + index) for index in range(STREAMS)]
+    utterances = [random_codes(STREAM_FRAMES, 20 + index) for index in range(STREAMS)]
     began = time.perf_counter()
     sequential = [timed_stream(decoder.new_stream(), utterance)[0] for utterance in utterances]
     sequential_s = time.perf_counter() - began
@@ -226,7 +216,7 @@ def main() -> None:
 
     flags_before = tf32_flags()
     checkpoint = write_speech_tokenizer(pathlib.Path(tempfile.mkdtemp()) / args.preset, preset=args.preset, seed=0)
-    parity_codes = codes(PARITY_FRAMES, 9)
+    parity_codes = random_codes(PARITY_FRAMES, 9)
     began = time.perf_counter()
     reference = decode_utterance(load_decoder(checkpoint), parity_codes)
     cpu_reference_s = time.perf_counter() - began

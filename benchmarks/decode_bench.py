@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shlex
 import subprocess
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
+from bench_record import machine, versions
 from codecstream.protocol.pcm import snr_db
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,36 +219,6 @@ def run_worker(kind: str, base: list[str], **options) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return {
-        "cpu_model": cpu,
-        "logical_cpus": os.cpu_count(),
-        "avx512f": " avx512f" in flags,
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "platform": platform.platform(),
-        "load_average_at_start": list(os.getloadavg()),
-    }
-
-
-def versions() -> dict:
-    found = {"python": platform.python_version()}
-    for name in ("torch", "numpy", "safetensors", "codecstream-decoder", "vllm-omni", "transformers"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
-
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -315,7 +285,7 @@ def drive(args) -> None:
         "threads": args.threads,
         "machine": machine(),
         "machine_speed_at_start": artifact_bench.machine_speed(),
-        "versions": versions(),
+        "versions": versions("torch", "numpy", "safetensors", "codecstream-decoder", "vllm-omni", "transformers"),
         "precision": "fp32, eager PyTorch",
         "checkpoint": "random weights, real size (114.3 M parameters), seed 0; codes uniform random, seed 1234",
         "notes": [

@@ -29,9 +29,7 @@ import asyncio
 import dataclasses
 import io
 import json
-import os
 import pathlib
-import platform
 import signal
 import socket
 import subprocess
@@ -41,37 +39,15 @@ import time
 
 import grpc
 import numpy as np
+from bench_record import RESULTS, machine, percentiles
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 #: Streams long enough to outlast a phase: the random talker's EOS comes after ~5000 frames on average.
 MEAN_FRAMES = 5000
-
-
-def machine() -> dict:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "unknown"
-    )
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_average_1m_at_start": os.getloadavg()[0],
-    }
-
-
-def percentiles(values) -> dict:
-    if len(values) == 0:
-        return {}
-    array = np.asarray(values, dtype=float)
-    return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
 
 
 def wav(samples: np.ndarray, rate: int, subtype: str = "FLOAT") -> bytes:

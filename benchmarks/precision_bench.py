@@ -19,12 +19,12 @@ import argparse
 import copy
 import json
 import pathlib
-import shlex
 import sys
 import time
 
 import artifact_bench  # the real-size checkpoint, its reference decode, the machine record
 import numpy as np
+from bench_record import machine, random_codes, versions, write_record
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.pcm import snr_db
 
@@ -111,7 +111,7 @@ def main() -> None:
     artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = artifact_bench.ensure_checkpoint()
     reference = np.load(artifact_bench.ensure_reference(checkpoint))
-    codes = artifact_bench.codes(artifact_bench.PARITY_FRAMES, 9)
+    codes = random_codes(artifact_bench.PARITY_FRAMES, 9)
     model = load_decoder(checkpoint)
     rates = artifact_bench.machine_speed()
     log(f"GEMM rates on {args.threads} threads: {rates}")
@@ -128,14 +128,12 @@ def main() -> None:
         "decoder": "real-size random weights (codecstream.testing.random_speech_tokenizer preset=real seed=0)",
         "parity": f"SNR against the fp32 full-utterance decode, {artifact_bench.PARITY_FRAMES} frames, default ramp",
         "threads": args.threads,
-        "machine": artifact_bench.machine(),
+        "machine": machine(),
         "machine_speed": rates,
-        "versions": artifact_bench.versions(),
-        "command": shlex.join(["python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions("torch", "numpy"),
         "recipes": rows,
     }
-    artifact_bench.write_results(results, args.out, plot)
+    write_record(results, args.out, plot)
     log(f"wrote {args.out}")
 
 

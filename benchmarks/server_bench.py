@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import pathlib
-import platform
 import signal
 import subprocess
 import sys
@@ -29,39 +28,11 @@ import tempfile
 import time
 
 import numpy as np
+from bench_record import RESULTS, machine, percentiles
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-
-
-def machine() -> dict:
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    import grpc
-
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        # Other work on this 2-core machine during the run inflates tails: say how loaded it was.
-        "load_average_1m_at_start": os.getloadavg()[0],
-    }
-
-
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {}
-    array = np.asarray(values)
-    return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
 
 
 class ReplayServerProcess:

@@ -14,10 +14,8 @@ per second of audio. Writes JSON and a PNG timeline under benchmarks/results/.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import signal
 import subprocess
 import sys
@@ -26,12 +24,12 @@ import time
 
 import numpy as np
 from artifact_bench import export_artifact
+from bench_record import RESULTS, machine, write_record
 from codecstream.client import Client
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import open_decoder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 CACHE = ROOT / ".cache" / "bench"
 BLOCK_S = 0.02
 
@@ -223,29 +221,12 @@ def main() -> int:
         "talker": args.talker,
         "decoder_size": args.decoder_size,
         "server_startup_s": server.startup_s,
-        "machine": {
-            "cpu": _cpu(),
-            "cores": os.cpu_count(),
-            "client_decode_threads": 1,
-            "python": platform.python_version(),
-            "load_average_1m_at_end": os.getloadavg()[0],
-        },
-        "command": " ".join(["python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {**machine(), "client_decode_threads": 1, "load_average_1m_at_end": os.getloadavg()[0]},
         "runs": runs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    plot_timeline(report, args.out.with_suffix(".png"))
+    write_record(report, args.out, plot_timeline)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
-
-
-def _cpu() -> str:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

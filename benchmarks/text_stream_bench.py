@@ -19,10 +19,7 @@ Random weights: the talker's EOS comes at random, so each segment runs to its fr
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
-import platform
 import re
 import statistics
 import subprocess
@@ -31,8 +28,9 @@ import tempfile
 import threading
 import time
 
+from bench_record import RESULTS, machine, write_record
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 REPLY = (
     "Sure, I can help with that. The train to Lyon leaves at nine fifteen from platform four. "
     "Would you like me to book a seat for you?"
@@ -42,14 +40,6 @@ REPLY = (
 def tokens_of(text: str) -> list[str]:
     """LLM-like pieces: words with their leading space, punctuation on its own."""
     return re.findall(r" ?[\w']+| ?[^\w\s]", text)
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 class EngineServer:
@@ -171,22 +161,14 @@ def main() -> int:
             "cancel_to_end_ms": statistics.median(r["streamed_cancelled"]["cancel_to_end_s"] for r in mine) * 1000,
         }
     report = {
-        "machine": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_average_1m_at_start": os.getloadavg()[0],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
+        "machine": machine(),
         "engine": "vLLM-Omni talker, tiny random-weight Qwen3-TTS checkpoint, CPU",
         "reply": REPLY,
         "tokens": len(tokens),
         "summary_median": summary,
         "runs": runs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_record(report, args.out, plot)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
 

@@ -26,10 +26,11 @@ import struct
 import time
 
 import grpc
+from bench_record import RESULTS, machine
 from codecstream.client import AsyncClient
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
-from server_bench import RESULTS, ReplayServerProcess, machine
+from server_bench import ReplayServerProcess
 
 GAPS_S = (0.01, 0.08, 0.16, 0.5, 1.0, 2.0)
 REPEATS = 3

@@ -20,15 +20,7 @@ from collections.abc import AsyncIterator
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
-from codecstream.server.source import (
-    CodeSource,
-    Event,
-    Finished,
-    FinishReason,
-    Frames,
-    Generation,
-    SegmentEnd,
-)
+from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation, SegmentEnd
 from codecstream.server.text_input import StreamedText
 
 #: A sentence ends at . ! ? … (closing quotes and brackets included) before a space, or at a CJK

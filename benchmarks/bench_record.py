@@ -1,0 +1,91 @@
+"""What every benchmark record says about where and how it was taken: the machine, the versions,
+the command, and percentiles in one shape. Figures are comparable only within one record."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+#: Instruction-set extensions that change which kernels the runtimes pick.
+_ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def _cpuinfo_field(name: str) -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(name):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def machine() -> dict:
+    """The CPU (model and the extensions that matter), memory, OS, Python, how loaded the machine
+    was at the start, the exact command and the date."""
+    flags = _cpuinfo_field("flags").split()
+    return {
+        "cpu": _cpuinfo_field("model name") or platform.processor() or "unknown",
+        "logical_cpus": os.cpu_count(),
+        "isa": [flag for flag in _ISA_FLAGS if flag in flags],
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        # Other work on this 2-core machine during the run inflates tails: say how loaded it was.
+        "load_average_1m_at_start": os.getloadavg()[0],
+        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def versions(*packages: str) -> dict:
+    """Installed versions of `packages` (None for one that is not installed)."""
+    found: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def percentiles(values) -> dict:
+    """p50, p90, p99 and max of `values`; {} when there are none."""
+    if len(values) == 0:
+        return {}
+    array = np.asarray(values, dtype=float)
+    return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
+
+
+def write_record(record: dict, out: pathlib.Path, plot=None) -> None:
+    """The JSON record at `out` and, given a `plot(record, path)`, its plot beside it (same name, .png)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    if plot is not None:
+        plot(record, out.with_suffix(".png"))
+
+
+def random_codes(frames: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+
+
+def decode_call_seconds(decoder, chunk: int, calls: int, seed: int) -> list[float]:
+    """Seconds per `decoder.decode` call of `chunk` frames along one stream that carries its state;
+    the stream's first call is not timed (it may pay a first-shape cost)."""
+    stream = random_codes(chunk * (calls + 1), seed)
+    decoder.reset()
+    decoder.decode(stream[:chunk])
+    times = []
+    for index in range(1, calls + 1):
+        began = time.perf_counter()
+        decoder.decode(stream[index * chunk : (index + 1) * chunk])
+        times.append(time.perf_counter() - began)
+    return times
