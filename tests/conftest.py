@@ -120,7 +120,7 @@ def replay_server(replay_server_factory) -> RunningServer:
 @pytest.fixture(scope="session")
 def talker_engine(tmp_path_factory):
     """vLLM-Omni's talker on the CPU, serving a tiny random CustomVoice checkpoint; one per session
-    (engine start-up takes 30-80 s here), shared by the server and end-to-end tests."""
+    (an engine start costs tens of seconds here), shared by the server and end-to-end tests."""
     # Imported here: the engine stack (vLLM) is heavy and only these tests need it.
     from codecstream.server.request import SynthesisRequest
 

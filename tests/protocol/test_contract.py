@@ -34,8 +34,11 @@ def test_contract_has_no_breaking_change_against_released_versions(release):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_a_released_contract_exists_to_check_against():
-    assert RELEASES, "protocol/releases/ must hold the last released contract image"
+def test_the_current_version_has_its_contract_recorded_to_check_later_versions_against():
+    version = (ROOT / "VERSION").read_text().strip()
+    assert ROOT / "protocol" / "releases" / f"v{version}.binpb" in RELEASES, (
+        f"record the contract of {version}: buf build -o protocol/releases/v{version}.binpb"
+    )
 
 
 def test_committed_python_stubs_match_a_fresh_generation(tmp_path):

@@ -1,6 +1,6 @@
 """One real vLLM-Omni talker engine on the CPU, on a tiny random checkpoint, for a whole test session.
 
-Engine start-up costs 30-80 s on this machine, so tests share one engine. It lives on an event
+An engine start costs tens of seconds here (docs/performance.md), so tests share one engine. It lives on an event
 loop in a background thread (AsyncOmni binds its output handling to the loop that first calls
 generate), and tests drive it through `run(coroutine)` with a bounded wait.
 """

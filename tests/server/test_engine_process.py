@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 pytestmark = pytest.mark.engine
 
 SERVER = [sys.executable, "-m", "codecstream.server.cli"]
-#: Engine start-up on a loaded 2-core machine (30-120 s measured), with margin.
+#: Several times the engine's start on a loaded 2-core machine (docs/performance.md).
 START_TIMEOUT_S = 300
 ENGINE_CORE = "StageEngineCoreProc"
 

@@ -4,7 +4,7 @@ it with a bounded backoff — or gives up, so that the process exits for a super
 An engine dies when something inside its worker raises (vLLM-Omni then evicts the stage and every
 later request fails), or when its process is killed. The service must not go on answering as if
 it were fine: while the source is not serving, health says NOT_SERVING, running streams end with
-End(ERROR) and new ones get UNAVAILABLE. A restart of the tiny CPU engine takes ~30 s here.
+End(ERROR) and new ones get UNAVAILABLE. A restart costs one engine start (docs/performance.md).
 """
 
 from __future__ import annotations
