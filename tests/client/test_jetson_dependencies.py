@@ -50,7 +50,7 @@ def test_client_with_onnx_runtime_resolves_to_aarch64_wheels_for_python_3_10(tmp
         str(local),
         "-d",
         str(downloads),
-        "codecstream-client[onnx]==0.1.0",
+        f"codecstream-client[onnx]=={(ROOT / 'VERSION').read_text().strip()}",
     )
     assert resolved.returncode == 0, resolved.stdout[-2000:] + resolved.stderr[-3000:]
     wheels = sorted(path.name for path in downloads.glob("*.whl"))

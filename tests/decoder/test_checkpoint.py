@@ -153,3 +153,32 @@ def test_the_command_line_writes_a_loadable_directory(tmp_path):
     )  # fmt: skip
     assert result.stdout.strip() == str(out)
     assert load_decoder(out).config.num_hidden_layers == 2
+
+
+def test_a_sharded_checkpoint_loads_the_same_decoder_and_has_the_same_digest(tmp_path, tiny_checkpoints):
+    single = tiny_checkpoints["mild"]
+    sharded = _copy(single, tmp_path / "sharded")
+    tensors = load_file(str(sharded / "model.safetensors"))
+    (sharded / "model.safetensors").unlink()
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in halves.items():
+        save_file({name: tensors[name] for name in part}, str(sharded / file))
+    weight_map = {name: file for file, part in halves.items() for name in part}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert decoder_digest(sharded) == decoder_digest(single)
+    codes = random_codes(6)
+    np.testing.assert_array_equal(
+        decode_utterance(load_decoder(sharded), codes), decode_utterance(load_decoder(single), codes)
+    )
+
+
+def test_every_checkpoint_problem_is_a_checkpoint_error_under_codecstream_error(tmp_path, tiny_checkpoints):
+    from codecstream.protocol.errors import CodecStreamError
+
+    truncated = _copy(tiny_checkpoints["mild"], tmp_path / "truncated")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"cannot be read|truncated") as caught:
+        load_decoder(truncated)
+    assert isinstance(caught.value, CodecStreamError)

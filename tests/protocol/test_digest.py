@@ -61,3 +61,23 @@ def test_missing_or_foreign_files_raise_digest_error(tmp_path, tensors):
     write_safetensors(tmp_path / "enc.safetensors", {"encoder.x": np.zeros(2)})
     with pytest.raises(DigestError, match="no tensors named decoder"):
         decoder_digest(tmp_path / "enc.safetensors")
+
+
+def test_a_sharded_checkpoint_has_the_digest_of_the_same_tensors_in_one_file(tmp_path, tensors):
+    write_safetensors(tmp_path / "one.safetensors", tensors)
+    sharded = tmp_path / "sharded" / "speech_tokenizer"
+    sharded.mkdir(parents=True)
+    names = list(tensors)
+    write_safetensors(sharded / "model-00001-of-00002.safetensors", {n: tensors[n] for n in names[:1]})
+    write_safetensors(sharded / "model-00002-of-00002.safetensors", {n: tensors[n] for n in names[1:]})
+    weight_map = {n: f"model-0000{1 if i == 0 else 2}-of-00002.safetensors" for i, n in enumerate(names)}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert decoder_digest(tmp_path / "sharded") == decoder_digest(tmp_path / "one.safetensors")
+
+
+def test_an_index_naming_a_missing_shard_raises_digest_error_naming_it(tmp_path, tensors):
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"decoder.a": "gone.safetensors"}})
+    )
+    with pytest.raises(DigestError, match=r"names shards that are not there: gone\.safetensors"):
+        decoder_digest(tmp_path)

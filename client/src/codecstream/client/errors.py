@@ -1,9 +1,11 @@
 """Typed exceptions of the client, all under `CodecStreamError` (codecstream.protocol.errors):
 
 CodecStreamError
-├── ProtocolError (also ValueError): CodesError, StreamOrderError, ChunkingError, DigestError
+├── ProtocolError (also ValueError): CodesError, StreamOrderError, ChunkingError, ManifestError,
+│   CheckpointError, DigestError
 ├── CodecMismatch: the stream's codes do not fit the decoder
 ├── DecoderLoadError (codecstream.client.runtimes): a decoder that cannot be opened
+├── AudioDeviceUnavailable (codecstream.client.audio_out): no way to play sound here
 ├── StreamEnded: the stream ended with End(ERROR); `end` holds the server's End
 └── ServerError: the call ended with a non-OK status; `code` and `details`
     ├── InvalidRequest, ResourceExhausted, Unauthenticated, Unavailable, DeadlineExceeded

@@ -15,7 +15,7 @@ from codecstream.decoder.config import DecoderConfig
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.protocol.checkpoint_files import DECODER_PREFIX, decoder_weight_files, speech_tokenizer_dir
 from codecstream.protocol.errors import CheckpointError
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 _LISTED = 5
 
@@ -26,9 +26,12 @@ def _read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
         by_file.setdefault(file, []).append(name)
     tensors = {}
     for file, names in by_file.items():
-        with safe_open(file, framework="pt") as handle:
-            for name in names:
-                tensors[name.removeprefix(DECODER_PREFIX)] = handle.get_tensor(name)
+        try:
+            with safe_open(file, framework="pt") as handle:
+                for name in names:
+                    tensors[name.removeprefix(DECODER_PREFIX)] = handle.get_tensor(name)
+        except (OSError, SafetensorError) as error:
+            raise CheckpointError(f"{file}: its tensors cannot be read ({str(error).splitlines()[0]})") from None
     return tensors
 
 

@@ -48,7 +48,11 @@ def decoder_weight_files(path: pathlib.Path | str) -> dict[str, pathlib.Path]:
             weight_map = json.loads(index.read_text()).get("weight_map", {})
         except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
             raise CheckpointError(f"{index} is not a safetensors index ({error})") from None
-        return {name: directory / file for name, file in weight_map.items() if name.startswith(DECODER_PREFIX)}
+        files = {name: directory / file for name, file in weight_map.items() if name.startswith(DECODER_PREFIX)}
+        missing = sorted({file.name for file in files.values() if not file.is_file()})
+        if missing:
+            raise CheckpointError(f"{index} names shards that are not there: {', '.join(missing)}")
+        return files
     single = directory / WEIGHTS_FILE
     if not single.is_file():
         raise CheckpointError(
@@ -68,17 +72,23 @@ def has_decoder_weights(directory: pathlib.Path) -> bool:
 
 def read_safetensors_header(file: pathlib.Path) -> tuple[dict, int]:
     """Return (tensor table, offset of the data section) of a safetensors file."""
-    with open(file, "rb") as handle:
-        raw_length = handle.read(8)
-        if len(raw_length) != 8:
-            raise CheckpointError(f"{file} is not a safetensors file: shorter than its 8-byte header length")
-        (header_length,) = struct.unpack("<Q", raw_length)
-        if header_length > _MAX_HEADER_BYTES:
-            raise CheckpointError(f"{file} is not a safetensors file: header length {header_length} is implausible")
-        try:
-            table = json.loads(handle.read(header_length))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CheckpointError(f"{file} is not a safetensors file: header is not JSON ({error})") from None
+    try:
+        with open(file, "rb") as handle:
+            raw_length = handle.read(8)
+            if len(raw_length) != 8:
+                raise CheckpointError(f"{file} is not a safetensors file: shorter than its 8-byte header length")
+            (header_length,) = struct.unpack("<Q", raw_length)
+            if header_length > _MAX_HEADER_BYTES:
+                raise CheckpointError(f"{file} is not a safetensors file: header length {header_length} is implausible")
+            raw_header = handle.read(header_length)
+    except OSError as error:
+        raise CheckpointError(f"{file} cannot be read: {error.strerror or error}") from None
+    try:
+        table = json.loads(raw_header)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file} is not a safetensors file: header is not JSON ({error})") from None
+    if not isinstance(table, dict):
+        raise CheckpointError(f"{file} is not a safetensors file: its header is not a JSON object")
     table.pop("__metadata__", None)
     return table, 8 + header_length
 

@@ -28,6 +28,13 @@ def decoder_digest(path: pathlib.Path | str) -> str:
         raise
     except CheckpointError as error:
         raise DigestError(str(error)) from None
+    try:
+        return _digest(files, tables)
+    except OSError as error:
+        raise DigestError(f"{path}: a weights file cannot be read: {error.strerror or error}") from None
+
+
+def _digest(files: dict[str, pathlib.Path], tables: dict[pathlib.Path, tuple[dict, int]]) -> str:
     digest = hashlib.sha256()
     for name in sorted(files):
         file = files[name]

@@ -211,6 +211,8 @@ def read_manifest(directory: pathlib.Path | str) -> Manifest:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ManifestError(f"{path}: not valid JSON ({error})") from None
+    except OSError as error:
+        raise ManifestError(f"{path} cannot be read: {error.strerror or error}") from None
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: expected a JSON object")
     return Manifest.from_json(data, str(path))
@@ -236,7 +238,10 @@ def verified_artifact_path(directory: pathlib.Path | str, entry: ArtifactFile) -
     path = pathlib.Path(directory) / entry.file
     if not path.is_file():
         raise ManifestError(f"{path}: listed in {MANIFEST_FILE} but missing")
-    actual = file_sha256(path)
+    try:
+        actual = file_sha256(path)
+    except OSError as error:
+        raise ManifestError(f"{path} cannot be read: {error.strerror or error}") from None
     if actual != entry.sha256:
         raise ManifestError(
             f"{path}: sha256 mismatch: {MANIFEST_FILE} says {entry.sha256}, the file has {actual} "
