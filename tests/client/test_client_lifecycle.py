@@ -172,3 +172,29 @@ def test_a_server_refusing_the_decoder_and_the_client_finding_it_raise_the_same_
 
     refusal = from_rpc_error(Refusal())
     assert isinstance(refusal, CodecMismatch) and refusal.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_refusal_reaches_the_caller_as_itself_though_text_was_written_after_the_server_closed(
+    replay_server_factory, checkpoint
+):
+    # The server refuses the Start at once while the client still writes TextInputs: grpc.aio
+    # reports such a write as INTERNAL "Internal error from Core" (grpc/grpc#36066) unless the
+    # client reads the status the server sent.
+    server = replay_server_factory(decoder_digest=decoder_digest(checkpoint))
+    decoder = open_decoder(checkpoint)
+
+    async def refused_once() -> CodecStreamError:
+        async with AsyncClient(server.target) as client:
+            stream = client.stream_text(decoder=decoder, voice="nobody")
+            for index in range(50):
+                stream.push_text(f"word {index} ")
+            try:
+                await stream.__anext__()
+            except CodecStreamError as error:
+                return error
+        raise AssertionError("a stream with an unknown voice was not refused")
+
+    for _ in range(40):
+        error = asyncio.run(refused_once())
+        assert isinstance(error, client_errors.InvalidRequest), error
+        assert "unknown voice 'nobody'" in str(error)

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from codecstream.client import Client
+from codecstream.client import Client, Unavailable
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -32,8 +32,9 @@ def test_stream_that_is_not_resumable_is_cancelled_when_the_connection_breaks(re
         stream = client.stream_codes("A long text.", resumable=False)
         next(stream)
         proxy.cut()
-        with pytest.raises(Exception):  # noqa: B017 - UNAVAILABLE surfaces as a ServerError subclass
+        with pytest.raises(Unavailable):  # a stream that is not resumable does not reattach
             list(stream)
+        assert stream.resumes == 0
     assert server.wait_until(lambda: server.live_requests() == 0)
 
 

@@ -5,7 +5,7 @@ import urllib.request
 
 import grpc
 import pytest
-from codecstream.client import Client, Unauthenticated
+from codecstream.client import Client, Unauthenticated, Unavailable
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -68,8 +68,9 @@ def test_tls_with_token_round_trip(replay_server_factory, self_signed_cert):
 def test_plaintext_client_cannot_talk_to_a_tls_server(replay_server_factory, self_signed_cert):
     cert, key = self_signed_cert
     server = replay_server_factory(tls_cert=cert, tls_key=key)
-    with Client(server.target) as client, pytest.raises(Exception):  # noqa: B017 - UNAVAILABLE
+    with Client(server.target) as client, pytest.raises(Unavailable) as caught:
         client.codec_info(timeout_s=3)
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_metrics_count_streams_frames_and_cancels(replay_server_factory):

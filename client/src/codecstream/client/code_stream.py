@@ -27,6 +27,11 @@ _CLOSE = object()
 #: Statuses that mean "the connection broke", after which a resumable stream reattaches.
 _CONNECTION_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
+#: What grpc.aio reports when the client writes a message after the server has closed the call
+#: (grpc/grpc#36066): a stand-in the server's own status replaces a moment later.
+_WRITE_AFTER_CLOSE = "Internal error from Core"
+_REAL_STATUS_WAIT_S = 1.0
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class AsyncCodeStream:
@@ -55,6 +60,8 @@ class AsyncCodeStream:
         self._requests: asyncio.Queue = asyncio.Queue()
         self._call = None
         self._responses = None
+        self._answered = asyncio.Event()
+        self._first_status = None
         self._played_frames = 0
         self.opened_at = 0.0
         self.first_chunk_at: float | None = None
@@ -109,8 +116,12 @@ class AsyncCodeStream:
 
     # -- call plumbing -------------------------------------------------------------------------
 
-    async def _request_messages(self, first: pb.SynthesizeRequest, queue: asyncio.Queue):
+    async def _request_messages(self, first: pb.SynthesizeRequest, queue: asyncio.Queue, answered: asyncio.Event):
         yield first
+        # Nothing more is written until the server has answered with its Header: a call it refuses
+        # is closed before that, and a write that races the close hides the refusal behind
+        # INTERNAL (grpc/grpc#36066).
+        await answered.wait()
         while (message := await queue.get()) is not _CLOSE:
             yield message
 
@@ -129,10 +140,17 @@ class AsyncCodeStream:
         for message in unsent:
             self._requests.put_nowait(message)
         metadata = self._metadata + self._affinity
+        self._answered = asyncio.Event()
         self._call = self._stub.Synthesize(
-            self._request_messages(first, self._requests), metadata=metadata, timeout=self._remaining()
+            self._request_messages(first, self._requests, self._answered), metadata=metadata, timeout=self._remaining()
         )
+        self._first_status = None
+        self._call.add_done_callback(self._note_first_status)
         self._responses = self._call.__aiter__()
+
+    def _note_first_status(self, call) -> None:
+        # The status the call ended with before anything could overwrite it (see _server_status).
+        self._first_status = getattr(getattr(call, "_cython_call", None), "_status", None)
 
     def _remaining(self) -> float | None:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
@@ -163,9 +181,11 @@ class AsyncCodeStream:
                     ) from None
                 return None
             except grpc.RpcError as error:
-                await self._reattach(error)
+                await self._reattach(await self._server_status(error))
                 continue
             chunk = self._reassembler.accept(message)
+            if message.HasField("header"):
+                self._answered.set()
             if message.HasField("end"):
                 self._requests.put_nowait(_CLOSE)
             return message if chunk is None else chunk
@@ -190,12 +210,14 @@ class AsyncCodeStream:
             self._open_call(pb.SynthesizeRequest(resume=resume))
             try:
                 self._reassembler.accept(await self._responses.__anext__())  # the Header again
+                self._answered.set()
                 return
             except StopAsyncIteration:
                 raise StreamEnded(
                     pb.End(reason=pb.END_REASON_ERROR, message="server closed the resumed stream without a Header")
                 ) from None
             except grpc.RpcError as error:
+                error = await self._server_status(error)
                 if error.code() not in _CONNECTION_LOST:
                     raise from_rpc_error(error) from None  # NOT_FOUND, OUT_OF_RANGE, UNAUTHENTICATED, ...
                 last = error
@@ -206,6 +228,29 @@ class AsyncCodeStream:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _LONGEST_RETRY_S)
+
+    async def _server_status(self, error: grpc.RpcError) -> grpc.RpcError:
+        """`error`, or, when it is grpc.aio's stand-in for a write that raced the server closing the
+        call (the first message can), the status the server sent: a refusal must reach the caller
+        as the refusal it is. grpc.aio keeps the latest status on its core call: the server's
+        arrives either before the stand-in (then the done callback noted it) or just after it."""
+        if error.code() != grpc.StatusCode.INTERNAL or error.details() != _WRITE_AFTER_CLOSE:
+            return error
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + _REAL_STATUS_WAIT_S
+        while True:
+            for status in (self._first_status, getattr(getattr(self._call, "_cython_call", None), "_status", None)):
+                if status is not None and status.details() != _WRITE_AFTER_CLOSE:
+                    return grpc.aio.AioRpcError(
+                        _STATUS_CODES.get(status.code(), grpc.StatusCode.UNKNOWN),
+                        grpc.aio.Metadata(),
+                        grpc.aio.Metadata(*status.trailing_metadata()),
+                        status.details(),
+                        status.debug_error_string(),
+                    )
+            if loop.time() >= give_up_at:
+                return error
+            await asyncio.sleep(0.01)
 
     # -- iteration -----------------------------------------------------------------------------
 
