@@ -116,21 +116,27 @@ def deployment(tmp_path):
     started.close()
 
 
-def play(client: Client, results: dict, key) -> None:
-    """One whole stream; results[key] = (replica, codes, End reason or the error)."""
+def play(client: Client, results: dict, key, playing: list) -> None:
+    """One whole stream; results[key] = (replica, codes, End reason or the error). `key` joins
+    `playing` once the stream's first chunk is in."""
     stream = client.stream_codes("Hello.")
     try:
-        codes = np.concatenate([chunk.codes for chunk in stream])
-        results[key] = (stream.replica, codes, stream.end.reason)
+        chunks = [next(stream)]
+        playing.append(key)
+        chunks += list(stream)
+        results[key] = (stream.replica, np.concatenate([chunk.codes for chunk in chunks]), stream.end.reason)
     except Exception as error:  # the test looks at what each stream ended with
         results[key] = (stream.replica, None, error)
 
 
-def start_streams(target: str, count: int, results: dict) -> list[threading.Thread]:
+def start_streams(target: str, count: int, results: dict, playing: list | None = None) -> list[threading.Thread]:
+    playing = [] if playing is None else playing
     threads = []
     for index in range(count):
         client = Client(target)
-        thread = threading.Thread(target=lambda c=client, i=index: (play(c, results, i), c.close()), daemon=True)
+        thread = threading.Thread(
+            target=lambda c=client, i=index: (play(c, results, i, playing), c.close()), daemon=True
+        )
         thread.start()
         threads.append(thread)
     return threads
@@ -156,9 +162,9 @@ def test_new_streams_spread_over_the_replicas_and_each_is_whole(deployment):
 
 
 def test_a_draining_replica_takes_no_new_streams_and_finishes_its_own(deployment):
-    running: dict = {}
-    threads = start_streams(deployment.target, 3, running)
-    time.sleep(0.5)  # the three streams are open, one per replica
+    running, playing = {}, []
+    threads = start_streams(deployment.target, 3, running, playing)
+    wait_for(lambda: len(playing) == 3, timeout=10, what="three streams to play, one per replica")
     drained = deployment.replicas["r1"]
     drained.process.send_signal(signal.SIGTERM)
     wait_for(lambda: drained.health() == "NOT_SERVING", timeout=DRAIN_DELAY_S, what="NOT_SERVING")
@@ -179,9 +185,9 @@ def test_a_draining_replica_takes_no_new_streams_and_finishes_its_own(deployment
 
 
 def test_a_killed_replica_ends_its_streams_clearly_and_the_others_take_new_ones(deployment):
-    running: dict = {}
-    threads = start_streams(deployment.target, 3, running)
-    time.sleep(0.8)
+    running, playing = {}, []
+    threads = start_streams(deployment.target, 3, running, playing)
+    wait_for(lambda: len(playing) == 3, timeout=10, what="three streams to play, one per replica")
     deployment.replicas["r2"].process.kill()
     join(threads, timeout=30)
     outcomes = {replica: outcome for replica, _, outcome in running.values()}

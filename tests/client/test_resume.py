@@ -118,7 +118,9 @@ def test_a_cancel_asked_for_while_reconnecting_reaches_the_server(replay_server_
             proxy.reject_for(0.5)
             proxy.cut()
             reading = asyncio.ensure_future(anext(stream))
-            await asyncio.sleep(0.2)  # the stream is reconnecting now
+            async with asyncio.timeout(10):
+                while not stream.resumes:  # until the stream is reconnecting
+                    await asyncio.sleep(0.01)
             stream.request_cancel(played_frames=7)
             try:
                 while True:

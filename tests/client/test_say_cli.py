@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 import wave
 
 import pytest
@@ -41,10 +40,13 @@ def test_say_dash_speaks_standard_input_while_it_is_written(replay_server_factor
     command = [*CLI, "say", "-", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch",
                "--out", str(out)]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for piece in ("Hello", " there.", " Goodbye", " now."):  # an LLM writing its reply
+    for piece in ("Hello", " there.", " Goodbye"):  # an LLM writing its reply
         process.stdin.write(piece)
         process.stdin.flush()
-        time.sleep(0.2)
+    # The first sentence is spoken while the reply is still being written.
+    frames_sent = "codecstream_frames_total"
+    assert server.wait_until(lambda: server.server.metrics.registry.get_sample_value(frames_sent) == 10, timeout=60)
+    process.stdin.write(" now.")
     process.stdin.close()
     process.wait(120)
     stderr = process.stderr.read()

@@ -24,7 +24,7 @@ from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
 
 from tests.conftest import random_codes
-from tests.plugins.conftest import sample
+from tests.plugins.conftest import Until, run_script, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 
@@ -57,15 +57,14 @@ async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word
 async def test_an_interruption_stops_the_audio_and_the_server_records_the_cancel(replay_server_factory, checkpoint):
     server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
-    frames = [
+    script = [
         LLMFullResponseStartFrame(),
         LLMTextFrame("A long answer that the user will interrupt."),
         LLMFullResponseEndFrame(),
-        SleepFrame(sleep=1.0),
+        Until(TTSAudioRawFrame),  # the user interrupts once the answer is heard
         InterruptionFrame(),
-        SleepFrame(sleep=1.5),
     ]
-    down, _ = await run_test(tts, frames_to_send=frames)
+    down = await run_script(tts, script)
     assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
     played = sample(server, "codecstream_played_frames_at_cancel_total")
     audio_frames = sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) // (1920 * 2)
