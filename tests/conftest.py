@@ -17,6 +17,39 @@ from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 
 from tests.tcp_proxy import CuttableProxy
 
+#: What tests share at a high price, and the xdist group that keeps its users on one worker (the
+#: suite runs `pytest -n 2 --dist loadgroup`): one talker engine per session, one set of exported
+#: artifacts, the Base engine of its module. The markers let a fast loop leave them out
+#: (`scripts/test -m "not engine and not export"`).
+_SHARED_FIXTURES = {
+    "talker_engine": ("engine", "engine"),
+    "engine_server": ("engine", "engine"),
+    "base_engine": ("base-engine", "engine"),
+    "artifacts": ("export", "export"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        shared = sorted({_SHARED_FIXTURES[name] for name in item.fixturenames if name in _SHARED_FIXTURES})
+        if len({group for group, _ in shared}) > 1:
+            raise pytest.UsageError(f"{item.nodeid} uses fixtures of two xdist groups: {shared}")
+        for group, marker in shared:
+            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # xdist groups by a suffix it adds to each node id; if that ever stops working (pytest 9.2 with
+    # xdist 3.8 did), every worker would start its own engine and export everything again.
+    if getattr(session.config.option, "loadgroup", False):
+        ungrouped = [
+            item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+        ]
+        if ungrouped:
+            raise pytest.UsageError(f"pytest-xdist did not group {len(ungrouped)} tests, e.g. {ungrouped[0]}")
+
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)

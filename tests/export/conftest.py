@@ -1,17 +1,24 @@
-"""Artifacts of the tiny random checkpoint, exported once per session through the real CLI.
+"""Artifacts of the tiny random checkpoint, exported through the real CLI once per set of inputs.
 
-Lowering to ExecuTorch is slow Python graph work (~1.5 min of CPU per graph even for the tiny
+Lowering to ExecuTorch is slow Python graph work (~1 min of CPU per graph even for the tiny
 preset, which has the full conv stack), so the exports run as parallel subprocesses, two at a
-time: one per core on CI.
+time: one per core on CI. Each export is kept in .cache/test-artifacts/ under a key of everything
+that shapes it (the sources of the exporter, decoder, client and protocol, the versions of the
+export toolchain, the checkpoint's digest, the export arguments): a later run with nothing changed
+copies it instead of exporting again, while a fresh clone (CI) exports everything.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import pytest
@@ -36,6 +43,11 @@ EXPORTS = [
 ]
 MAX_CHUNK_FRAMES = 25
 PARALLEL_EXPORTS = 2
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache" / "test-artifacts"
+#: What an export depends on besides the checkpoint and its arguments.
+_SOURCES = ("export", "decoder", "client", "protocol")
+_TOOLCHAIN = ("torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime")
 
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
@@ -83,19 +95,48 @@ def other_checkpoint(tmp_path_factory) -> pathlib.Path:
     return write_speech_tokenizer(tmp_path_factory.mktemp("checkpoint") / "tiny-seed1", preset="tiny", seed=1)
 
 
+def inputs_key(checkpoint: pathlib.Path) -> str:
+    """A digest of everything an export of `checkpoint` depends on but its arguments."""
+    from codecstream.protocol.digest import decoder_digest
+
+    digest = hashlib.sha256(decoder_digest(checkpoint).encode())
+    for package in _SOURCES:
+        for path in sorted((ROOT / package / "src").rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    for name in _TOOLCHAIN:
+        try:
+            digest.update(f"{name}=={version(name)}".encode())
+        except PackageNotFoundError:
+            digest.update(f"{name} missing".encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def artifacts(tiny_checkpoint, tmp_path_factory) -> dict[tuple[str, str, str], pathlib.Path]:
-    """(format, mode, dtype) -> artifact directory, each holding one format."""
-    root = tmp_path_factory.mktemp("artifacts")
-    targets = {key: root / "-".join(key) for key in EXPORTS}
+    """(format, mode, dtype) -> artifact directory, each holding one format (a copy the tests may
+    change: the cache stays as exported)."""
+    cached = {key: CACHE / inputs_key(tiny_checkpoint) / "-".join(key) for key in EXPORTS}
 
     def export(key):
-        return key, codecstream(*export_command(tiny_checkpoint, *key, targets[key]))
+        CACHE.mkdir(parents=True, exist_ok=True)
+        staging = pathlib.Path(tempfile.mkdtemp(dir=CACHE, prefix="exporting-"))
+        result = codecstream(*export_command(tiny_checkpoint, *key, staging / "out"))
+        if result.returncode == 0:
+            cached[key].parent.mkdir(parents=True, exist_ok=True)
+            try:
+                (staging / "out").rename(cached[key])  # atomic: a cache entry is whole or absent
+            except OSError:  # another run stored the same export first
+                if not (cached[key] / "manifest.json").is_file():
+                    raise
+        shutil.rmtree(staging, ignore_errors=True)
+        return key, result
 
+    missing = [key for key in EXPORTS if not (cached[key] / "manifest.json").is_file()]
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_EXPORTS) as pool:
-        results = dict(pool.map(export, EXPORTS))
+        results = dict(pool.map(export, missing))
     failed = {key: result for key, result in results.items() if result.returncode != 0}
     if failed:
         report = "\n\n".join(f"{key}: exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}" for key, r in failed.items())
         pytest.fail(f"export-decoder failed:\n{report}")
-    return targets
+    root = tmp_path_factory.mktemp("artifacts")
+    return {key: shutil.copytree(path, root / path.name) for key, path in cached.items()}

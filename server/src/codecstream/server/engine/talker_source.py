@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -176,23 +177,23 @@ async def _abort_request(engine: Any, request_id: str, outputs: Any) -> None:
 class VllmTalkerSource(CodeSource):
     """Serves requests with the Qwen3-TTS talker of one checkpoint, through vLLM-Omni.
 
-    Constructing it checks the checkpoint and loads its text tokenizer (seconds); `start()` creates
-    the engine (tens of seconds) and warms it up; `close()` shuts it down; `start()` after
-    `close()` restarts it."""
+    Constructing it checks the checkpoint and that the engine is installed (milliseconds: a busy
+    port or a bad flag is reported before anything heavy is imported); `start()` loads the text
+    tokenizer, creates the engine (tens of seconds) and warms it up; `close()` shuts it down;
+    `start()` after `close()` restarts it."""
 
     def __init__(self, model: str, deploy_config: str | Path | None = None, **engine_kwargs: Any) -> None:
         self.model_name = model
         self._model_dir = resolve_model_dir(model)
         self.checkpoint = read_checkpoint_info(self._model_dir)
-        import vllm_omni  # noqa: F401 - fail here, with ImportError, where the engine is not installed
-        from transformers import AutoTokenizer
-
+        if importlib.util.find_spec("vllm_omni") is None:  # looked up, not imported (that takes seconds)
+            raise ImportError("No module named 'vllm_omni'")
         self.codec = self.checkpoint.codec
         self.offering = self.checkpoint.offering()
         self._deploy_config = deploy_config
         self._engine_kwargs = engine_kwargs
-        # The same tokenizer the talker uses, to size the prompt placeholder exactly.
-        self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
+        # The same tokenizer the talker uses, to size the prompt placeholder exactly (loaded by start()).
+        self._tokenizer: Any | None = None
         # Prompts are built off the event loop, one at a time: a fast tokenizer used from two
         # threads at once can fail ("Already borrowed").
         self._prompt_builder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt")
@@ -232,9 +233,12 @@ class VllmTalkerSource(CodeSource):
         # after it has resolved the deploy YAML's `pipeline:`; load them first so that the
         # talker-only pipeline is registered by then.
         from codecstream.server.engine.deploy_config import default_deploy_config
+        from transformers import AutoTokenizer
         from vllm_omni import AsyncOmni
         from vllm_omni.plugins import load_omni_general_plugins
 
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
         load_omni_general_plugins()
         deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
         return AsyncOmni(model=str(self._model_dir), deploy_config=str(deploy), **self._engine_kwargs)
