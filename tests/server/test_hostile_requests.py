@@ -122,29 +122,31 @@ def test_a_start_of_the_largest_sizes_the_limits_allow_passes_the_transport(clon
     assert responses[0].HasField("header") and responses[-1].end.reason == pb.END_REASON_EOS
 
 
-@pytest.mark.parametrize(
-    ("audio", "message"),
-    [
-        (reference_wav(samples=np.zeros(1)), "lasts 0.000 s, shorter than the 1 s the speaker encoder needs"),
-        (
-            reference_wav(samples=np.zeros(1024), rate=24_000),
-            "lasts 0.043 s, shorter than the 1 s the speaker encoder needs",
-        ),
-        (
-            reference_wav(samples=np.full(24_000, np.nan), rate=24_000),
-            "has a non-finite sample (NaN or infinity) at sample 0",
-        ),
-        (
-            reference_wav(samples=np.r_[np.zeros(100), np.inf, np.zeros(24_000)], rate=24_000),
-            "has a non-finite sample (NaN or infinity) at sample 100",
-        ),
-        (reference_wav(samples=np.zeros((24_000, 6)), rate=24_000), "has 6 channels; mono or stereo expected"),
-        (reference_wav(samples=np.zeros(4_000), rate=4_000), "is sampled at 4000 Hz; 8000 to 192000 Hz accepted"),
-        (reference_wav(seconds=31, rate=8_000), "lasts 31.0 s, longer than the 30 s allowed"),
-        (b"not audio at all", "is not a readable WAV, FLAC or OGG file (Format not recognised)"),
-        (b"\0" * (8 * 1024 * 1024 + 1), "is 8388609 bytes, the limit is 8388608 bytes"),
-    ],
-)
+# WAV bytes make poor test ids: libsndfile stamps the time into a float file's PEAK chunk, so each
+# process (each xdist worker) would name the cases differently.
+UNUSABLE_REFERENCES = [
+    (reference_wav(samples=np.zeros(1)), "lasts 0.000 s, shorter than the 1 s the speaker encoder needs"),
+    (
+        reference_wav(samples=np.zeros(1024), rate=24_000),
+        "lasts 0.043 s, shorter than the 1 s the speaker encoder needs",
+    ),
+    (
+        reference_wav(samples=np.full(24_000, np.nan), rate=24_000),
+        "has a non-finite sample (NaN or infinity) at sample 0",
+    ),
+    (
+        reference_wav(samples=np.r_[np.zeros(100), np.inf, np.zeros(24_000)], rate=24_000),
+        "has a non-finite sample (NaN or infinity) at sample 100",
+    ),
+    (reference_wav(samples=np.zeros((24_000, 6)), rate=24_000), "has 6 channels; mono or stereo expected"),
+    (reference_wav(samples=np.zeros(4_000), rate=4_000), "is sampled at 4000 Hz; 8000 to 192000 Hz accepted"),
+    (reference_wav(seconds=31, rate=8_000), "lasts 31.0 s, longer than the 30 s allowed"),
+    (b"not audio at all", "is not a readable WAV, FLAC or OGG file (Format not recognised)"),
+    (b"\0" * (8 * 1024 * 1024 + 1), "is 8388609 bytes, the limit is 8388608 bytes"),
+]
+
+
+@pytest.mark.parametrize(("audio", "message"), UNUSABLE_REFERENCES, ids=[m for _, m in UNUSABLE_REFERENCES])
 def test_reference_audio_the_engine_cannot_use_is_refused_before_it_reaches_the_engine(clone_server, audio, message):
     start = pb.Start(
         text="Hi.", task_type=pb.TASK_TYPE_BASE, reference_audio=pb.ReferenceAudio(audio=audio, transcript="Ref.")

@@ -127,3 +127,12 @@ def test_a_missing_engine_exits_1_saying_how_to_install_it(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("codecstream-server: error: the vLLM-Omni engine is not installed")
     assert "scripts/setup-dev-env" in lines[0]
+
+
+def test_without_flags_the_server_runs_with_the_library_s_own_defaults():
+    from codecstream.server.app import ServerOptions
+    from codecstream.server.cli import build_options, build_parser
+
+    args = build_parser().parse_args(["--replay", "codes.npy"])
+    assert build_options(args) == ServerOptions()
+    assert args.replay_fps == 12.5  # the codec's own frame rate: real time

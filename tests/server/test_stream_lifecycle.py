@@ -9,7 +9,7 @@ from codecstream.client import Client, StreamEnded
 from codecstream.server.errors import GenerationFailed
 from codecstream.server.limits import RateLimiter
 from codecstream.server.replay import ReplayGeneration, ReplaySource
-from codecstream.server.source import Frames
+from codecstream.server.source import Finished, FinishReason, Frames
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -139,3 +139,66 @@ def test_a_stream_that_ended_before_its_client_reattached_delivers_its_end_on_re
         resumed = list(stub.Synthesize(iter([pb.SynthesizeRequest(resume=pb.Resume(stream_id=stream_id))]), timeout=10))
     assert resumed[0].HasField("header") and resumed[-1].end.reason == pb.END_REASON_EOS
     assert sum(r.chunk.num_frames for r in resumed if r.HasField("chunk")) == 10
+
+
+def finishing_source(last_event) -> type[ReplaySource]:
+    """A source whose generations yield their recording's frames, then `last_event` (None: nothing)."""
+
+    class Ending(ReplayGeneration):
+        async def _events(self):
+            async for event in super()._events():
+                if isinstance(event, Frames):
+                    yield event
+            if last_event is not None:
+                yield last_event
+
+    class EndingSource(ReplaySource):
+        async def open(self, request, stream_id):
+            generation = await super().open(request, stream_id)
+            generation.__class__ = Ending
+            return generation
+
+    return EndingSource
+
+
+@pytest.mark.parametrize(
+    ("last_event", "reason", "message"),
+    [
+        (Finished(FinishReason.EOS), pb.END_REASON_EOS, ""),
+        # A length stop before Header.max_frames means the budget was wrong: not a false MAX_FRAMES.
+        (
+            Finished(FinishReason.LENGTH),
+            pb.END_REASON_ERROR,
+            "generation failed: the engine stopped at its length limit after 12 of 2048 frames",
+        ),
+        (
+            Finished(FinishReason.ABORTED),
+            pb.END_REASON_ERROR,
+            "generation failed: the engine ended the request unasked",
+        ),
+        (None, pb.END_REASON_ERROR, "generation failed: the generator ended without saying why"),
+    ],
+    ids=["eos", "length-before-the-budget", "aborted-unasked", "no-reason"],
+)
+def test_the_session_turns_how_a_generation_finished_into_the_one_end(
+    replay_server_factory, last_event, reason, message
+):
+    server = replay_server_factory(codes=random_codes(12), source_class=finishing_source(last_event))
+    with Client(server.target) as client:
+        stream = client.stream_codes("Hi.")
+        try:
+            frames = sum(chunk.num_frames for chunk in stream)
+        except StreamEnded:
+            frames = stream.end.frames_generated
+    assert (stream.end.reason, stream.end.message) == (reason, message)
+    assert frames == stream.end.frames_generated
+    if last_event is not None:  # a generation that finished delivers every frame it made
+        assert frames == 12
+
+
+def test_max_frames_ends_at_exactly_the_budget_whatever_the_generator_has_left(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(50))
+    with Client(server.target) as client:
+        stream = client.stream_codes("Hi.", max_frames=7, chunking=[4])
+        assert [chunk.num_frames for chunk in stream] == [4, 3]
+    assert stream.end.reason == pb.END_REASON_MAX_FRAMES and stream.header.max_frames == 7

@@ -8,14 +8,16 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from codecstream.client.client import Client
+from codecstream.client.client import DEFAULT_TARGET, Client
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.v1 import synthesis_pb2 as pb
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT of a codecstream server")
+    parser.add_argument(
+        "--server", default=DEFAULT_TARGET, help=f"HOST:PORT of a codecstream server (default {DEFAULT_TARGET})"
+    )
     parser.add_argument(
         "--tls",
         nargs="?",

@@ -14,6 +14,7 @@ from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWri
 from codecstream.client.command_error import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
 from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.client.runtimes import BACKENDS
 from codecstream.protocol.pcm import FRAME_SECONDS
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -113,7 +114,5 @@ def register_say(subparsers) -> None:
     parser.add_argument(
         "--decoder", required=True, help="decoder artifact directory (codecstream export-decoder) or checkpoint"
     )
-    parser.add_argument(
-        "--backend", default="auto", choices=["auto", "onnx", "pte", "pt2", "torch"], help="decoder runtime"
-    )
+    parser.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help="decoder runtime")
     parser.set_defaults(handler=run_say)
