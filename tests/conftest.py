@@ -27,6 +27,10 @@ _SHARED_FIXTURES = {
     "base_engine": ("base-engine", "engine"),
     "artifacts": ("export", "export"),
 }
+#: The longest work first, so that each worker starts with one of the two longest groups and the
+#: short tests fill in around them (xdist hands out work in collection order). Measured here: the
+#: exports with their tests ~6 min of one worker, the engine's tests ~3, the engine processes ~2.
+_LONGEST_FIRST = {"export": 0, "engine": 1, "base-engine": 2, "tests/server/test_engine_process.py": 3}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -38,6 +42,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for group, marker in shared:
             item.add_marker(pytest.mark.xdist_group(group))
             item.add_marker(getattr(pytest.mark, marker))
+
+    def rank(item: pytest.Item) -> int:
+        group = item.get_closest_marker("xdist_group")
+        key = group.args[0] if group else item.nodeid.split("::")[0]
+        return _LONGEST_FIRST.get(key, len(_LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the order within each rank stays the files' own
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -185,10 +196,19 @@ def engine_server(talker_engine):
     engine's source from here on: its teardown (at the end of the session) closes the engine."""
     server = CodecStreamServer(talker_engine.source, ServerOptions(port=0, shutdown_grace_s=1.0))
     port = talker_engine.run(server.start())
-    try:
-        yield EngineServer(f"127.0.0.1:{port}", talker_engine.checkpoint, talker_engine, server)
-    finally:
-        talker_engine.run(server.stop(grace_s=1.0), timeout=120)
+    talker_engine.on_stop.append(lambda: talker_engine.run(server.stop(grace_s=1.0), timeout=120))
+    yield EngineServer(f"127.0.0.1:{port}", talker_engine.checkpoint, talker_engine, server)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # An engine's processes keep polling while they live, taking CPU the rest of the suite needs:
+    # stop the shared one after the last test that uses it rather than at the end of the session
+    # (its tests run one after another: one xdist group, ranked together).
+    if "talker_engine" in item.fixturenames and (nextitem is None or "talker_engine" not in nextitem.fixturenames):
+        from tests.server.engine_harness import stop_talker_engine
+
+        stop_talker_engine(item.funcargs["talker_engine"])
 
 
 @pytest.fixture

@@ -53,8 +53,13 @@ class TalkerEngine:
     source: VllmTalkerSource
     checkpoint: Path
     loop: EventLoopThread
+    #: Closers run (last first) when the engine is stopped: what was built on it (its gRPC server).
+    on_stop: list = dataclasses.field(default_factory=list)
+    stopped: bool = False
 
     def run(self, coroutine, timeout: float = REQUEST_TIMEOUT_S):
+        if self.stopped:
+            raise RuntimeError("the shared talker engine was stopped after its last test (tests/conftest.py)")
         return self.loop.run(coroutine, timeout)
 
     def collect(self, request: SynthesisRequest, stream_id: str) -> Collected:
@@ -104,7 +109,13 @@ def start_talker_engine(checkpoint_dir: Path, variant: str = "custom_voice") -> 
 
 
 def stop_talker_engine(engine: TalkerEngine) -> None:
+    """Stop what runs on the engine, then the engine; safe to call again."""
+    if engine.stopped:
+        return
     try:
+        while engine.on_stop:
+            engine.on_stop.pop()()
         engine.run(engine.source.close(), timeout=60)
     finally:
+        engine.stopped = True
         engine.loop.close()
