@@ -132,10 +132,11 @@ def test_a_cancel_reports_how_far_the_listener_heard(replay_server_factory, chec
         stream = client.stream_text(text, decoder=open_decoder(checkpoint))
         stream.end_input()
         chunks = [next(stream) for _ in range(3)]
-        # The first segment in full, then half of the second: "Five six" of it.
-        played = FRAMES_PER_SEGMENT + FRAMES_PER_SEGMENT // 2
-        while sum(c.num_frames for c in chunks) < played:
+        # Both first segments generated (a segment still being generated is issue 21's), then
+        # the listener heard the first in full and half of the second: "Five six" of it.
+        while sum(c.num_frames for c in chunks) < 2 * FRAMES_PER_SEGMENT:
             chunks.append(next(stream))
+        played = FRAMES_PER_SEGMENT + FRAMES_PER_SEGMENT // 2
         end = stream.cancel(played_frames=played)
     assert end.reason == pb.END_REASON_CANCELLED and end.stats.played_frames == played
     assert stream.heard_text == "One two three four. Five six"
@@ -220,3 +221,17 @@ def test_a_stream_never_ended_by_its_client_ends_with_an_error(replay_server_fac
         stream = client.stream_text("Hello.", decoder=open_decoder(checkpoint))
         with pytest.raises(StreamEnded, match=r"no text for 0\.5 s and no end_of_input"):
             list(stream)
+
+
+def test_every_segment_starts_on_the_schedule_s_small_first_chunk(server, checkpoint):
+    with Client(server.target) as client:
+        stream = client.stream_text("Hello there.", decoder=open_decoder(checkpoint))
+        first = [next(stream) for _ in range(3)]  # the first segment, spoken before more text came
+        stream.push_text(" The second sentence comes after a pause.")
+        stream.end_input()
+        chunks = first + list(stream)
+    sizes: dict = {}
+    for chunk in chunks:
+        sizes.setdefault((chunk.text_start, chunk.text_end), []).append(chunk.num_frames)
+    # Default chunking 2, 4, 8, ... over each segment's 12 frames, the second as soon as the first.
+    assert list(sizes.values()) == [[2, 4, 6], [2, 4, 6]]

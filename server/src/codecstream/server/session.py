@@ -215,10 +215,13 @@ class StreamSession:
                 if isinstance(event, Frames):  # generated after the stop was asked for: counted, never sent
                     self._frames_after_stop += len(event.codes)
                 continue
-            if isinstance(event, SegmentEnd):  # frames of two segments never share a chunk
+            if isinstance(event, SegmentEnd):
+                # Frames of two segments never share a chunk, and the next segment starts on the
+                # schedule's small first chunk: after a pause in the text it is audio to start soon.
                 if pending.count:
                     await self._emit(*pending.take(pending.count))
-                    target = next(sizes)
+                sizes = iter(self._schedule)
+                target = next(sizes)
                 continue
             now = time.monotonic()
             if last_step is not None:
