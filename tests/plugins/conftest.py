@@ -28,11 +28,12 @@ class Until:
     timeout_s: float = 20.0
 
 
-async def run_script(processor, script: list) -> list:
+async def run_script(processor, script: list, upstream: list | None = None) -> list:
     """Run `processor` inside a real Pipecat pipeline (Pipeline, PipelineWorker, WorkerRunner):
     push the script's frames downstream in order, waiting at each Until step for the frame it
-    names, then end the pipeline; return every frame that came out of the processor, in order.
-    Pipecat's own run_test can only sleep between frames, which races the server."""
+    names, then end the pipeline; return every frame that came out of the processor downstream,
+    in order (and put those it sent upstream, errors among them, into `upstream`). Pipecat's own
+    run_test can only sleep between frames, which races the server."""
     from pipecat.frames.frames import EndFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -41,8 +42,11 @@ async def run_script(processor, script: list) -> list:
     from pipecat.workers.runner import WorkerRunner
 
     came_out: asyncio.Queue = asyncio.Queue()
+    went_up: asyncio.Queue = asyncio.Queue()
+    source = QueuedFrameProcessor(queue=went_up, queue_direction=FrameDirection.UPSTREAM)
     sink = QueuedFrameProcessor(queue=came_out, queue_direction=FrameDirection.DOWNSTREAM)
-    worker = PipelineWorker(Pipeline([processor, sink]), cancel_on_idle_timeout=False, params=PipelineParams())
+    pipeline = Pipeline([source, processor, sink])
+    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams())
     started = asyncio.Event()
     frames: list = []
 
@@ -69,4 +73,6 @@ async def run_script(processor, script: list) -> list:
     await asyncio.gather(runner.run(), push())
     while not came_out.empty():
         frames.append(came_out.get_nowait())
+    while upstream is not None and not went_up.empty():
+        upstream.append(went_up.get_nowait())
     return [frame for frame in frames if not isinstance(frame, EndFrame)]

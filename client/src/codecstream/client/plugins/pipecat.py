@@ -81,6 +81,10 @@ class CodecstreamTTSService(TTSService):
         self._streams: dict[str, AsyncTextStream] = {}
         self._readers: dict[str, asyncio.Task] = {}
         self._frames_out: dict[str, int] = {}
+        #: Turns whose stream could not be opened: their later text has nowhere to go.
+        self._refused: set[str] = set()
+        #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
+        self._decoder_error: CodecStreamError | None = None
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -89,7 +93,11 @@ class CodecstreamTTSService(TTSService):
         await super().start(frame)
         self._client = AsyncClient(self._target, **self._client_options)
         # Loads the decoder once (weights, runtime sessions); every turn decodes with its own state.
-        self._decoder = await asyncio.to_thread(shared_decoder, self._decoder_source, self._backend)
+        try:
+            self._decoder = await asyncio.to_thread(shared_decoder, self._decoder_source, self._backend)
+        except CodecStreamError as error:
+            self._decoder_error = error
+            await self.push_error(error_msg=f"codecstream: {error}", exception=error)
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)
@@ -109,15 +117,21 @@ class CodecstreamTTSService(TTSService):
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the turn's stream (opened on its first text); audio arrives through the
         stream's reader task."""
+        if context_id in self._refused:
+            yield None  # the turn already said why it cannot be spoken, once
+            return
         stream = self._streams.get(context_id)
         try:
             if stream is None:
+                if self._decoder_error is not None:
+                    raise self._decoder_error
                 stream = await self._open_stream(context_id)
             stream.push_text(text)
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
                 stream.flush()  # Pipecat cut the sentence already
             await self.start_tts_usage_metrics(text)
         except CodecStreamError as error:
+            self._refused.add(context_id)
             yield ErrorFrame(error=f"codecstream: {error}")
             yield TTSStoppedFrame(context_id=context_id)
             return
@@ -134,7 +148,9 @@ class CodecstreamTTSService(TTSService):
 
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The LLM's reply is complete: the stream ends once the rest is spoken."""
-        stream = self._streams.get(context_id or self.get_active_audio_context_id() or "")
+        context_id = context_id or self.get_active_audio_context_id() or ""
+        self._refused.discard(context_id)
+        stream = self._streams.get(context_id)
         if stream is not None:
             stream.end_input()
 
@@ -161,6 +177,7 @@ class CodecstreamTTSService(TTSService):
         finally:
             self._streams.pop(context_id, None)
             self._readers.pop(context_id, None)
+            self._frames_out.pop(context_id, None)
             if self.audio_context_available(context_id):
                 await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
                 await self.remove_audio_context(context_id)
@@ -172,6 +189,7 @@ class CodecstreamTTSService(TTSService):
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Barge-in: stop the server's stream now, reporting what was handed out as played."""
         await self.stop_all_metrics()
+        self._refused.discard(context_id)
         await self._cancel_stream(context_id)
         await super().on_audio_context_interrupted(context_id)
 
