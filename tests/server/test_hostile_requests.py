@@ -128,7 +128,7 @@ UNUSABLE_REFERENCES = [
     (reference_wav(samples=np.zeros(1)), "lasts 0.000 s, shorter than the 1 s the speaker encoder needs"),
     (
         reference_wav(samples=np.zeros(1024), rate=24_000),
-        "lasts 0.043 s, shorter than the 1 s the speaker encoder needs",
+        "lasts 0.042 s, shorter than the 1 s the speaker encoder needs",
     ),
     (
         reference_wav(samples=np.full(24_000, np.nan), rate=24_000),
@@ -141,6 +141,12 @@ UNUSABLE_REFERENCES = [
     (reference_wav(samples=np.zeros((24_000, 6)), rate=24_000), "has 6 channels; mono or stereo expected"),
     (reference_wav(samples=np.zeros(4_000), rate=4_000), "is sampled at 4000 Hz; 8000 to 192000 Hz accepted"),
     (reference_wav(seconds=31, rate=8_000), "lasts 31.0 s, longer than the 30 s allowed"),
+    # A limit missed by one sample is reported as missed, not rounded onto the limit.
+    (
+        reference_wav(samples=np.zeros(23_999), rate=24_000),
+        "lasts 0.999 s, shorter than the 1 s the speaker encoder needs",
+    ),
+    (reference_wav(samples=np.zeros(30 * 8_000 + 1), rate=8_000), "lasts 30.1 s, longer than the 30 s allowed"),
     (b"not audio at all", "is not a readable WAV, FLAC or OGG file (Format not recognised)"),
     (b"\0" * (8 * 1024 * 1024 + 1), "is 8388609 bytes, the limit is 8388608 bytes"),
 ]

@@ -90,14 +90,18 @@ def _read_mono(data: bytes) -> tuple[np.ndarray, int]:
 
 
 def _check_duration(seconds: float, limits: ServerLimits) -> None:
+    # Rounded away from the limit: 23,999 samples at 24 kHz must not read "lasts 1.000 s, shorter
+    # than the 1 s".
     if seconds < limits.min_reference_audio_s:
+        shown = math.floor(seconds * 1000) / 1000
         raise ReferenceAudioError(
-            f"{_FIELD} lasts {seconds:.3f} s, shorter than the {limits.min_reference_audio_s:g} s "
+            f"{_FIELD} lasts {shown:.3f} s, shorter than the {limits.min_reference_audio_s:g} s "
             "the speaker encoder needs"
         )
     if seconds > limits.max_reference_audio_s:
+        shown = math.ceil(seconds * 10) / 10
         raise ReferenceAudioError(
-            f"{_FIELD} lasts {seconds:.1f} s, longer than the {limits.max_reference_audio_s:g} s allowed"
+            f"{_FIELD} lasts {shown:.1f} s, longer than the {limits.max_reference_audio_s:g} s allowed"
         )
 
 
