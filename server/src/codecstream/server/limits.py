@@ -66,6 +66,11 @@ class ServerLimits:
     #: A segment's engine request may generate at most this many frames, plus as many per
     #: character: a guard against a talker that never says EOS for one segment (speech runs at
     #: about 1 frame a character), so one segment cannot use up the stream's budget.
+    #: One growing request per stream (engine sources that grow requests, engine/text_feed.py): its
+    #: first step waits for this many committed text tokens, or a clause or sentence mark, a
+    #: flush or the end of the input, whichever comes first. The talker reads one token per
+    #: 80 ms frame; a few tokens ahead keep it from pausing at once when the LLM is slower.
+    start_gate_tokens: int = 4
     segment_base_frames: int = 25
     segment_frames_per_char: float = 4.0
 

@@ -1,13 +1,15 @@
 """Streamed text spoken by a source that takes whole texts only: cut into segments as it arrives,
 each segment one request of the wrapped source, all of them one generation.
 
-`SegmentingSource` wraps a CodeSource. A request without streamed text goes straight through;
-one with streamed text becomes a `SegmentedGeneration`: clause and sentence segments as separate
-requests of the wrapped source within one stream, in one seq and frame space, the next one
-generated as soon as the current one is (generation runs ahead of real time, so it is ready while
-the client still plays the current one), the client's decoder never reset between them. vLLM-Omni
-0.30 cannot grow one talker request while it runs (docs/server.md, "Streaming text"). The cutting
-rule is the contract's (synthesis.proto, TextInput); its constants are ServerLimits'.
+`SegmentingSource` wraps a CodeSource. A request without streamed text goes straight through, and
+so does one with streamed text when the source grows requests (`grows_streamed_text`: the talker
+engine, engine/growing_generation.py). Otherwise (the replay source, a talker engine started with
+`--streamed-text segments`) streamed text becomes a `SegmentedGeneration`: clause and sentence
+segments as separate requests of the wrapped source within one stream, in one seq and frame
+space, the next one generated as soon as the current one is (generation runs ahead of real
+time, so it is ready while the client still plays the current one), the client's decoder never
+reset between them; every segment restarts the talker's prosody. The cutting rule is the
+contract's (synthesis.proto, TextInput); its constants are ServerLimits'.
 """
 
 from __future__ import annotations
@@ -116,9 +118,15 @@ class SegmentingSource(CodeSource):
     def offering(self):
         return self.inner.offering
 
+    @property
+    def grows_streamed_text(self) -> bool:
+        return self.inner.grows_streamed_text
+
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         if request.streamed_text is None:
             return await self.inner.open(request, stream_id)
+        if self.inner.grows_streamed_text:
+            return await self.inner.open_streamed(request, stream_id, self._limits)
         # The Header goes out at once; each segment is opened as its text is complete.
         return SegmentedGeneration(self.inner, request, request.streamed_text, stream_id, self._limits)
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 from codecstream.protocol.decoding import NUM_CODEBOOKS
+from codecstream.server.limits import ServerLimits
 from codecstream.server.request import ModelOffering, SynthesisRequest
 from codecstream.v1 import codec_pb2
 
@@ -89,12 +90,20 @@ class CodeSource(abc.ABC):
     model_name: str = ""
     #: Task types, voices and languages of the model.
     offering: ModelOffering
+    #: Whether `open_streamed` speaks a streamed text as one request that grows as the text
+    #: arrives; a source without it gets streamed text cut into segments (segmenting.py).
+    grows_streamed_text: bool = False
 
     @abc.abstractmethod
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         """Start generating; return once the generator has accepted the request (the Header may be
         sent then). Raise Refusal for a request it cannot serve, SourceUnavailable when it cannot
         serve at all."""
+
+    async def open_streamed(self, request: SynthesisRequest, stream_id: str, limits: ServerLimits) -> Generation:
+        """Like `open`, for a request with streamed text, where `grows_streamed_text` is set: returns
+        at once (the Header goes out before the text is complete)."""
+        raise NotImplementedError(f"{type(self).__name__} does not grow requests")
 
     async def start(self) -> None:
         """Load the model and warm up; called before serving, and again to restart after a failure."""

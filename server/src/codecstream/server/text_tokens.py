@@ -31,6 +31,9 @@ class IncrementalTokenizer:
         self._ended = False
         #: Every id committed so far, in order.
         self.ids: list[int] = []
+        #: Where each committed id's text ends, in characters of the normalized text.
+        self.ends: list[int] = []
+        self._committed_chars = -len(_ROLE_LINE)
 
     def push(self, text: str) -> list[int]:
         """Append `text`; return the ids that no later text can change."""
@@ -61,12 +64,19 @@ class IncrementalTokenizer:
         tokenized alone they are cut exactly as within the whole text."""
         if end <= 0:
             return []
-        ids = self._backend.encode(self._tail[:end], add_special_tokens=False).ids
+        encoding = self._backend.encode(self._tail[:end], add_special_tokens=False)
+        ids = encoding.ids
+        ends = [self._committed_chars + offset_end for _, offset_end in encoding.offsets]
         self._tail = self._tail[end:]
+        self._committed_chars += end
         dropped = min(self._role_ids_left, len(ids))
         self._role_ids_left -= dropped
-        ids = ids[dropped:]
+        ids, ends = ids[dropped:], ends[dropped:]
         self.ids += ids
+        # Byte-level BPE can split one character over several ids; ends never go back.
+        for index, value in enumerate(ends):
+            ends[index] = max(value, self.ends[-1] if self.ends else 0, ends[index - 1] if index else 0)
+        self.ends += ends
         return ids
 
 

@@ -18,6 +18,8 @@ PIPELINE_NAME = "qwen3_tts_talker_only"
 # vLLM-Omni's model registry by name so that loading this module does not import model code.
 TALKER_ARCH = "CodecstreamQwen3TTSTalker"
 TALKER_CLASS_PATH = "codecstream.server.engine.talker_model:CodecStreamingQwen3TTSTalker"
+#: Holds growing requests whose next text row has not arrived (text_feed.py).
+SCHEDULER_CLASS_PATH = "codecstream.server.engine.scheduler.TextPacedScheduler"
 
 TALKER_ONLY_PIPELINE = PipelineConfig(
     model_type=PIPELINE_NAME,
@@ -34,6 +36,7 @@ TALKER_ONLY_PIPELINE = PipelineConfig(
             final_output_type="audio",
             owns_tokenizer=True,
             engine_output_type="latent",
+            scheduler_cls=SCHEDULER_CLASS_PATH,
             sampling_constraints={"detokenize": False, "stop_token_ids": [CODEC_EOS_TOKEN_ID]},
         ),
     ),

@@ -1,17 +1,81 @@
-"""vLLM-Omni's Qwen3-TTS talker, with its codec frames declared as client output.
+"""vLLM-Omni's Qwen3-TTS talker, with its codec frames declared as client output and requests
+that grow as their text arrives.
 
 In upstream's pipeline the talker's `codes.audio` rows travel to the code2wav stage over the
 inter-stage channel and never reach the client. As the final stage, the model must name them in
 `omni_client_multimodal_output_keys` for the AR runner to put them on the client channel. An
-upstream talker-only pipeline (or this attribute on the upstream class) would make this subclass
-unnecessary.
+upstream talker-only pipeline (or this attribute on the upstream class) would make that part of
+this subclass unnecessary.
+
+A growing request (one with a feed in text_feed.py) runs in the talker's streaming-text mode
+without its end: the first prefill drops the `tts_eos` row the prompt builder puts last in
+`trailing_text`; each decode step first appends the rows fed since the last one (and `tts_eos`
+once the input is final) to that same per-request buffer, which the runner keeps between steps;
+and codec EOS cannot be sampled before the talker has read `tts_eos`, so a request never ends
+before its text does. A whole-text request (no feed) runs exactly as upstream's.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 
 
 class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
     # codes.audio: one row of 16 codes per decode step; codes.ref: the voice-clone reference codes.
     omni_client_multimodal_output_keys = ("codes.audio", "codes.ref")
+
+    def preprocess(self, input_ids: torch.Tensor, input_embeds: torch.Tensor | None, **info_dict: Any):
+        feed = TEXT_FEEDS.get(info_dict.get("request_id", ""))
+        first_prefill = feed is not None and not isinstance(info_dict.get("embed", {}).get("prefill"), torch.Tensor)
+        decode = feed is not None and int(input_ids.shape[0]) == 1 and not info_dict.get("_omni_is_prefill", False)
+        if decode:
+            self._grow(info_dict, feed)
+        input_ids_out, embeds, update = super().preprocess(input_ids=input_ids, input_embeds=input_embeds, **info_dict)
+        if first_prefill and "trailing_text" in update.get("hidden_states", {}):
+            # The builder ends the text with tts_eos; a growing text gets it when its input ends.
+            tail = update["hidden_states"]["trailing_text"]
+            update["hidden_states"]["trailing_text"] = tail[:-1]
+        return input_ids_out, embeds, update
+
+    def preprocess_decode_batch(self, *, input_ids: torch.Tensor, req_infos: list[dict[str, Any]], **kwargs: Any):
+        for info in req_infos:
+            feed = TEXT_FEEDS.get(info.get("request_id", ""))
+            if feed is not None:
+                self._grow(info, feed)
+        return super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
+
+    def _grow(self, info: dict[str, Any], feed: TextFeed) -> None:
+        """Append the request's newly fed rows to its trailing text, before this step reads it;
+        count the step (it consumes row `decode_steps - 1`)."""
+        feed.decode_steps += 1
+        if not feed.pending and not feed.eos_pending:
+            return
+        config = self.config
+        ids = [*feed.pending, *([config.tts_eos_token_id] if feed.eos_pending else [])]
+        feed.pending, feed.eos_pending = [], False
+        hidden = info.setdefault("hidden_states", {})
+        tail = hidden.get("trailing_text")
+        # As the prompt builder makes text rows: the text embedding, projected into the talker's width.
+        ids_tensor = torch.tensor([ids], dtype=torch.long, device=self.text_embedding.weight.device)
+        rows = self.text_projection(self.text_embedding(ids_tensor)).reshape(len(ids), -1)
+        if isinstance(tail, torch.Tensor) and tail.ndim == 2:
+            hidden["trailing_text"] = torch.cat([tail, rows.to(device=tail.device, dtype=tail.dtype)]).detach()
+        else:
+            hidden["trailing_text"] = rows.detach()
+
+    def compute_logits(self, hidden_states: Any, sampling_metadata: Any = None) -> torch.Tensor | None:
+        logits = super().compute_logits(hidden_states, sampling_metadata)
+        if logits is None or not len(TEXT_FEEDS):
+            return logits
+        request_ids = self._batch_req_ids
+        if len(request_ids) != logits.shape[0]:
+            return logits
+        early = [not feed.eos_fed() if (feed := TEXT_FEEDS.get(rid)) is not None else False for rid in request_ids]
+        if any(early):
+            rows = torch.tensor(early, device=logits.device, dtype=torch.bool)
+            logits[rows, int(self.talker_config.codec_eos_token_id)] = float("-inf")
+        return logits

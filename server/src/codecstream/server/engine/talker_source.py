@@ -21,6 +21,7 @@ import contextlib
 import copy
 import importlib.util
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.decoding import NUM_CODEBOOKS, SAMPLE_RATE_HZ
 from codecstream.protocol.errors import CodesError
 from codecstream.server.checkpoint_info import read_checkpoint_info, resolve_model_dir
+from codecstream.server.engine.growing_generation import GrowingTalkerGeneration
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, invalid
+from codecstream.server.limits import ServerLimits
 from codecstream.server.reference_audio import silent_wav
 from codecstream.server.request import SynthesisRequest, TaskType
 from codecstream.server.source import (
@@ -46,6 +49,8 @@ from codecstream.server.source import (
 log = logging.getLogger(__name__)
 
 _TALKER_STAGE = 0
+#: vLLM-Omni's prompt builder takes a request's assistant-turn ids under this key instead of its text.
+PRECOMPUTED_TEXT_IDS = "_qwen3_tts_text_ids"
 #: How long an abort may take before the generation stops waiting for the engine's acknowledgement.
 _ABORT_TIMEOUT_S = 2.0
 _ENGINE_DEAD = "the talker engine stopped (its worker failed or was killed); the server is restarting it"
@@ -182,8 +187,17 @@ class VllmTalkerSource(CodeSource):
     tokenizer, creates the engine (tens of seconds) and warms it up; `close()` shuts it down;
     `start()` after `close()` restarts it."""
 
-    def __init__(self, model: str, deploy_config: str | Path | None = None, **engine_kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        deploy_config: str | Path | None = None,
+        grow_streamed_text: bool = True,
+        **engine_kwargs: Any,
+    ) -> None:
         self.model_name = model
+        # Streamed text as one growing request where the engine can hold one (start() asks it);
+        # False keeps the segments (one request per sentence), for comparison.
+        self._grow_streamed_text = grow_streamed_text
         self._model_dir = resolve_model_dir(model)
         self.checkpoint = read_checkpoint_info(self._model_dir)
         if importlib.util.find_spec("vllm_omni") is None:  # looked up, not imported (that takes seconds)
@@ -194,6 +208,9 @@ class VllmTalkerSource(CodeSource):
         self._engine_kwargs = engine_kwargs
         # The same tokenizer the talker uses, to size the prompt placeholder exactly (loaded by start()).
         self._tokenizer: Any | None = None
+        self._streaming_tokenizer: Any | None = None
+        self._turn_head: list[int] = []
+        self._turn_tail: list[int] = []
         # Prompts are built off the event loop, one at a time: a fast tokenizer used from two
         # threads at once can fail ("Already borrowed").
         self._prompt_builder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt")
@@ -220,6 +237,14 @@ class VllmTalkerSource(CodeSource):
         stage = engine.engine.stage_configs[_TALKER_STAGE]
         self._max_model_len = stage.scheduler_config.max_model_len
         self._default_sampling = engine.default_sampling_params_list[_TALKER_STAGE]
+        feeding = await engine.collective_rpc("codecstream_text_feeding", stage_ids=[_TALKER_STAGE])
+        can_grow = all(_flatten(feeding)) and self.checkpoint.task_type is not TaskType.BASE
+        if self._grow_streamed_text and not can_grow:
+            log.warning(
+                "the engine cannot hold a growing request (its worker is not in its scheduler's process); "
+                "streamed text is spoken in segments"
+            )
+        self.grows_streamed_text = self._grow_streamed_text and can_grow
         try:
             stream = await self.open(self._warm_up_request(), "codecstream-warm-up")
             async for _ in stream:
@@ -239,7 +264,20 @@ class VllmTalkerSource(CodeSource):
 
         if self._tokenizer is None:
             self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
+            # The ids around a text in the talker's assistant turn: 3 before it, 5 after (the
+            # prompt builder slices [3:-5]).
+            turn = self._tokenizer("<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n", padding=False)
+            self._turn_head, self._turn_tail = turn["input_ids"][:3], turn["input_ids"][3:]
+            # A second instance for growing requests, used on the event loop only: a fast tokenizer
+            # used from two threads at once fails ("Already borrowed"), and prompts are built in
+            # the prompt thread.
+            self._streaming_tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
         load_omni_general_plugins()
+        # vLLM's CPU platform replaces the uniproc executor the deploy YAML asks for by the
+        # multiproc one unless this is 0 (it wants OpenMP set up before torch starts threads,
+        # which the stage's own fresh process does anyway). vLLM reads it only in its own
+        # LLMEngine, which AsyncOmni does not use. Growing requests need the uniproc executor.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
         return AsyncOmni(model=str(self._model_dir), deploy_config=str(deploy), **self._engine_kwargs)
 
@@ -271,7 +309,6 @@ class VllmTalkerSource(CodeSource):
             return SynthesisRequest(text="Warm up.", voice=self.offering.default_voice, seed=0, max_frames=2)
         if task is TaskType.VOICE_DESIGN:
             return SynthesisRequest(text="Warm up.", task_type=task, instructions="A calm voice.", seed=0, max_frames=2)
-        from codecstream.server.limits import ServerLimits
         from codecstream.server.reference_audio import decode_reference_audio
 
         reference = decode_reference_audio(silent_wav(seconds=1.0), ServerLimits())
@@ -282,11 +319,67 @@ class VllmTalkerSource(CodeSource):
     # -- requests ----------------------------------------------------------------------------
 
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
-        engine = self._engine
-        if engine is None:
-            raise SourceUnavailable("the talker engine is not running")
+        engine = self._running_engine()
         loop = asyncio.get_running_loop()
         information, prompt_rows = await loop.run_in_executor(self._prompt_builder, self._prompt, request)
+        max_frames = self._frames_room(request, prompt_rows)
+        prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
+        return await self._start(engine, request, prompt, stream_id, prompt_rows, max_frames)
+
+    async def open_streamed(self, request: SynthesisRequest, stream_id: str, limits: ServerLimits) -> Generation:
+        self._running_engine()
+        # The streaming-text prompt holds the first text token only: its length does not depend on the text.
+        _, prompt_rows = self._growing_prompt(request, [])
+        return GrowingTalkerGeneration(self, request, stream_id, limits, self._frames_room(request, prompt_rows))
+
+    async def open_growing(
+        self, request: SynthesisRequest, stream_id: str, text_ids: list[int], final: bool
+    ) -> Generation:
+        """The engine request of a growing generation, with the text ids committed so far (at least one)."""
+        engine = self._running_engine()
+        information, prompt_rows = self._growing_prompt(request, text_ids)
+        max_frames = self._frames_room(request, prompt_rows)
+        prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
+        await self._text_rpc("codecstream_text_open", stream_id, len(text_ids), final)
+        try:
+            return await self._start(engine, request, prompt, stream_id, prompt_rows, max_frames)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.close_growing(stream_id)
+            raise
+
+    async def feed_growing(self, stream_id: str, text_ids: list[int], final: bool) -> None:
+        """More text ids for a growing request (and whether the input is complete)."""
+        await self._text_rpc("codecstream_text_feed", stream_id, text_ids, final)
+
+    async def close_growing(self, stream_id: str) -> dict[str, int] | None:
+        """Forget a growing request's text; the engine's counts for it (steps taken, schedules held)."""
+        if self._engine is None:
+            return None
+        with contextlib.suppress(Exception):
+            counts = await self._text_rpc("codecstream_text_close", stream_id)
+            return counts[0] if counts else None
+        return None
+
+    async def growing_requests_opened(self) -> int:
+        """Growing requests the engine opened since it started (counted by the engine)."""
+        return sum(_flatten_ints(await self._text_rpc("codecstream_text_requests_opened")))
+
+    async def _text_rpc(self, method: str, *args: Any) -> Any:
+        engine = self._running_engine()
+        return await engine.collective_rpc(method, args=args, stage_ids=[_TALKER_STAGE])
+
+    @property
+    def text_tokenizer(self) -> Any:
+        """The text tokenizer for growing requests (event loop only)."""
+        return self._streaming_tokenizer
+
+    def _running_engine(self) -> Any:
+        if self._engine is None:
+            raise SourceUnavailable("the talker engine is not running")
+        return self._engine
+
+    def _frames_room(self, request: SynthesisRequest, prompt_rows: int) -> int:
         # vLLM refuses a prompt longer than its context, and stops generating at the context's end:
         # N frames need N + 1 sampled tokens after the prompt.
         room = self._max_model_len - prompt_rows - 1
@@ -295,8 +388,11 @@ class VllmTalkerSource(CodeSource):
                 f"the prompt (text, instructions and reference) takes {prompt_rows} tokens; the engine's context "
                 f"holds {self._max_model_len}, which leaves no room for audio"
             )
-        max_frames = min(request.max_frames, room)
-        prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
+        return min(request.max_frames, room)
+
+    async def _start(
+        self, engine: Any, request: SynthesisRequest, prompt: dict, stream_id: str, prompt_rows: int, max_frames: int
+    ) -> Generation:
         sampling = self._sampling_params(request, max_frames)
         outputs = engine.generate(prompt, request_id=stream_id, sampling_params_list=[sampling])
         try:
@@ -311,6 +407,23 @@ class VllmTalkerSource(CodeSource):
                 raise _refusal(error) from None
             raise
         return VllmTalkerGeneration(engine, stream_id, outputs, first, prompt_rows, max_frames, len(request.text))
+
+    def _growing_prompt(self, request: SynthesisRequest, text_ids: list[int]) -> tuple[dict[str, list], int]:
+        """The prompt dict of a growing request: the streaming-text mode, its text given as ids
+        (the assistant turn's, as the talker slices them: role line, text, end of turn)."""
+        information: dict[str, list] = {
+            "task_type": [request.task_type.value],
+            "text": [request.text_so_far],
+            "language": [request.language],
+            "instruct": [request.instructions],
+            "max_new_tokens": [request.max_frames],
+            "non_streaming_mode": [False],
+            PRECOMPUTED_TEXT_IDS: [[*self._turn_head, *text_ids, *self._turn_tail]],
+        }
+        if request.task_type is TaskType.CUSTOM_VOICE:
+            information["speaker"] = [request.voice]
+        sized = {**information, "text": ["x"]}  # the length needs only a non-empty text in this mode
+        return information, self._prompt_length(sized, request.task_type, self._streaming_tokenizer)
 
     def _prompt(self, request: SynthesisRequest) -> tuple[dict[str, list], int]:
         """The prompt dict vLLM-Omni's Qwen3-TTS talker reads (as its OpenAI speech adapter builds
@@ -328,13 +441,13 @@ class VllmTalkerSource(CodeSource):
             information.update(_voice_clone(request))
         return information, self._prompt_length(information, request.task_type)
 
-    def _prompt_length(self, information: dict[str, list], task_type: TaskType) -> int:
+    def _prompt_length(self, information: dict[str, list], task_type: TaskType, tokenizer: Any = None) -> int:
         from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
 
         return Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information(
             additional_information=information,
             task_type=task_type.value,
-            tokenize_prompt=lambda text: self._tokenizer(text, padding=False)["input_ids"],
+            tokenize_prompt=lambda text: (tokenizer or self._tokenizer)(text, padding=False)["input_ids"],
             codec_language_id=self.checkpoint.languages,
             spk_is_dialect=self.checkpoint.voice_dialects,
         )
@@ -423,6 +536,12 @@ def _as_frames(tensor: Any) -> np.ndarray:
     except CodesError as error:
         raise GenerationFailed(f"talker produced bad codes: {error}") from None
     return array.astype(np.int16)
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [item for part in value for item in _flatten(part)]
+    return [value]
 
 
 def _flatten_ints(value: Any) -> list[int]:

@@ -2,13 +2,33 @@
 
 vLLM adds an extension class's methods to whatever worker class the platform uses (vLLM-Omni's
 GPU workers on CUDA, codecstream's CPU workers here), and `AsyncOmni.collective_rpc` calls them
-by name, so the server can ask the engine itself what it holds instead of trusting its own books.
+by name, so the server can ask the engine itself what it holds instead of trusting its own books,
+and feed text into growing requests (text_feed.py).
 """
 
 from __future__ import annotations
+
+from codecstream.server.engine.text_feed import TEXT_FEEDS
 
 
 class EngineIntrospection:
     def codecstream_runner_request_count(self) -> int:
         """Requests whose state (KV-cache blocks, per-request buffers) the model runner holds."""
         return len(self.model_runner.requests)
+
+    def codecstream_text_feeding(self) -> bool:
+        """Whether requests can grow here: the scheduler shares this worker's process."""
+        return TEXT_FEEDS.scheduler_attached
+
+    def codecstream_text_open(self, request_id: str, text_ids: int, final: bool) -> None:
+        TEXT_FEEDS.open(request_id, text_ids, final)
+
+    def codecstream_text_feed(self, request_id: str, ids: list[int], final: bool) -> bool:
+        return TEXT_FEEDS.feed(request_id, ids, final)
+
+    def codecstream_text_close(self, request_id: str) -> dict[str, int] | None:
+        return TEXT_FEEDS.close(request_id)
+
+    def codecstream_text_requests_opened(self) -> int:
+        """Growing requests opened since the engine started (counted by the engine)."""
+        return TEXT_FEEDS.opened

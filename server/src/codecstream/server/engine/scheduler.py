@@ -1,0 +1,54 @@
+"""The talker stage's scheduler: vLLM-Omni's AR scheduler, holding back growing requests whose
+next text row has not arrived (text_feed.py says why and how)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codecstream.server.engine.text_feed import TEXT_FEEDS
+from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
+
+
+class TextPacedScheduler(OmniARScheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        TEXT_FEEDS.scheduler_attached = True
+
+    def schedule(self, throttle_prefills: bool = False) -> Any:
+        held = [request for request in self.running if not self._has_text(request)]
+        if not held:
+            return super().schedule(throttle_prefills)
+        for request in held:
+            TEXT_FEEDS.get(request.request_id).held_schedules += 1
+        # A held request leaves `running` for this one step only: vLLM treats it as a running
+        # request the token budget left out (its blocks, state and place stay), and it comes back
+        # in its place, ahead of anything admitted meanwhile.
+        before = self.running
+        held_ids = {id(request) for request in held}
+        self.running = [request for request in before if id(request) not in held_ids]
+        try:
+            return super().schedule(throttle_prefills)
+        finally:
+            after = self.running
+            kept = {id(request) for request in after}
+            known = {id(request) for request in before}
+            self.running = [request for request in before if id(request) in held_ids or id(request) in kept] + [
+                request for request in after if id(request) not in known
+            ]
+
+    def has_requests(self) -> bool:
+        # Only held requests left: nothing to step until text (or an abort, or a new request)
+        # arrives, and the engine core then waits on its input queue instead of spinning.
+        if not super().has_requests():
+            return False
+        if self.finished_req_ids or len(self.running) != len(self.requests):
+            return True
+        return any(self._has_text(request) for request in self.running)
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        TEXT_FEEDS.finished(request.request_id)
+        return super()._free_request(request, *args, **kwargs)
+
+    @staticmethod
+    def _has_text(request: Any) -> bool:
+        return TEXT_FEEDS.ready(request.request_id, request.num_output_tokens)
