@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, answer NOT_SERVING but keep taking new streams this long (behind a balancer)",
     )
+    parser.add_argument(
+        "--streamed-text",
+        choices=("grow", "segments"),
+        default="grow",
+        help="streamed text (TextInput) as one talker request that grows as the text arrives, or as one "
+        "request per sentence or clause (the engine falls back to segments where it cannot grow)",
+    )
     parser.add_argument("--port-file", type=pathlib.Path, help="write the bound port here once serving (for scripts)")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -146,7 +153,7 @@ def build_source(args: argparse.Namespace) -> CodeSource:
     try:
         from codecstream.server.engine.talker_source import VllmTalkerSource
 
-        return VllmTalkerSource(args.model, args.deploy_config)
+        return VllmTalkerSource(args.model, args.deploy_config, grow_streamed_text=args.streamed_text == "grow")
     except ImportError as error:
         raise StartupError(
             f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"

@@ -62,6 +62,8 @@ class GrowingTalkerGeneration(Generation):
         self._inner: Any | None = None  # the engine request's generation, once open
         self._aborted = False
         self._failure: GenerationFailed | None = None
+        #: What the engine counted for the request once it ended: decode steps, schedules held.
+        self.engine_counts: dict[str, int] | None = None
 
     # -- text ---------------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class GrowingTalkerGeneration(Generation):
             feeder.cancel()
             with contextlib.suppress(BaseException):
                 await feeder
-            await self._source.close_growing(self._stream_id)
+            self.engine_counts = await self._source.close_growing(self._stream_id)
 
     def _frame_cap(self) -> int:
         """Frames the whole text may take: a talker that never says EOS stops here (End(MAX_FRAMES))."""

@@ -43,7 +43,11 @@ class TextPacedScheduler(OmniARScheduler):
             return False
         if self.finished_req_ids or len(self.running) != len(self.requests):
             return True
-        return any(self._has_text(request) for request in self.running)
+        if any(self._has_text(request) for request in self.running):
+            return True
+        for request in self.running:
+            TEXT_FEEDS.get(request.request_id).held_schedules += 1
+        return False
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         TEXT_FEEDS.finished(request.request_id)

@@ -357,7 +357,7 @@ class VllmTalkerSource(CodeSource):
         if self._engine is None:
             return None
         with contextlib.suppress(Exception):
-            counts = await self._text_rpc("codecstream_text_close", stream_id)
+            counts = [item for item in _flatten(await self._text_rpc("codecstream_text_close", stream_id)) if item]
             return counts[0] if counts else None
         return None
 

@@ -36,7 +36,8 @@ class TextFeed:
     eos_pending: bool
     #: The row index of `tts_eos` once final: the talker may sample codec EOS only after it.
     eos_row: int | None
-    #: Counted by the engine, for tests and metrics.
+    #: Counted by the engine, for tests and metrics: decode steps taken, and the times the engine
+    #: found the request without its next text row (at a schedule, or going idle for it).
     decode_steps: int = 0
     held_schedules: int = 0
 

@@ -1,0 +1,185 @@
+"""Streamed text is one growing talker request: its codes do not depend on when the text arrives.
+
+On the tiny random talker with a fixed seed, a streamed text's codes are byte-identical to the same
+text given whole before the first step (in the same streaming-text mode), however it arrives: at LLM
+speeds, cut at random characters, with a pause mid-word. The engine itself counts one request per
+stream, no step while a request waits for text, and the same steps as the whole text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import random
+import re
+import time
+
+import numpy as np
+import pytest
+from codecstream.server.limits import ServerLimits
+from codecstream.server.request import SynthesisRequest
+from codecstream.server.source import Finished, FinishReason, Frames
+from codecstream.server.text_input import StreamedText
+
+REPLY = "Sure, I can help with that. The next train to the airport leaves at nine, from platform four."
+SEED = 11
+
+
+def llm_tokens(text: str) -> list[str]:
+    """LLM-like pieces: words with their leading space, punctuation on its own."""
+    return re.findall(r" ?[\w']+| ?[^\w\s]", text)
+
+
+def random_cuts(text: str, cuts: int, seed: int) -> list[str]:
+    points = sorted(random.Random(seed).sample(range(1, len(text)), cuts))
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+
+
+@dataclasses.dataclass
+class Spoken:
+    codes: np.ndarray
+    #: (text_start, text_end) of every frame.
+    spans: list[tuple[int, int]]
+    finished: Finished | None
+    #: What the engine counted: decode steps, schedules the request was held at.
+    counts: dict[str, int]
+    #: Seconds from the open to each frame.
+    frame_times: list[float]
+
+
+async def speak(source, pieces: list[tuple[str, float]], stream_id: str, seed: int = SEED) -> Spoken:
+    """Stream `pieces` (text, seconds to wait after it) into one generation, the last with
+    end_of_input; read it to its end."""
+    text = StreamedText("", ServerLimits().max_text_chars)
+    request = SynthesisRequest(text="", voice="ryan", seed=seed, max_frames=600, streamed_text=text)
+    generation = await source.open_streamed(request, stream_id, ServerLimits())
+
+    async def write() -> None:
+        for index, (piece, pause) in enumerate(pieces):
+            text.push(piece, flush=False, end_of_input=index == len(pieces) - 1)
+            if pause:
+                await asyncio.sleep(pause)
+
+    writer = asyncio.create_task(write())
+    codes, spans, finished, times = [], [], None, []
+    started = time.monotonic()
+    async for event in generation:
+        if isinstance(event, Frames):
+            codes.append(event.codes)
+            spans.append((event.text_start, event.text_end))
+            times.append(time.monotonic() - started)
+        elif isinstance(event, Finished):
+            finished = event
+    writer.cancel()
+    codes = np.concatenate(codes) if codes else np.zeros((0, 16), np.int16)
+    return Spoken(codes, spans, finished, generation.engine_counts, times)
+
+
+@pytest.fixture(scope="module")
+def whole(talker_engine):
+    """The reply given whole before the first step: what every arrival must reproduce."""
+    return talker_engine.run(speak(talker_engine.source, [(REPLY, 0.0)], "whole"))
+
+
+def paced(rate_per_s: float) -> list[tuple[str, float]]:
+    return [(token, 1.0 / rate_per_s) for token in llm_tokens(REPLY)]
+
+
+ARRIVALS = {
+    "100 tokens/s": paced(100),
+    "15 tokens/s": paced(15),
+    "3 tokens/s": paced(3),
+    "20 random cuts": [(piece, 0.05) for piece in random_cuts(REPLY, 20, seed=5)],
+    "2 s pause inside a word": [(REPLY[: REPLY.index("leaves") + 3], 2.0), (REPLY[REPLY.index("leaves") + 3 :], 0.0)],
+}
+
+
+def test_the_whole_reply_ends_at_eos_after_every_character_was_read(whole):
+    assert whole.finished.reason is FinishReason.EOS
+    # One text token per frame, and EOS only after the talker has read the end of the text.
+    assert len(whole.codes) > len(llm_tokens(REPLY))
+    assert whole.spans[-1] == (len(REPLY), len(REPLY))
+
+
+@pytest.mark.parametrize("arrival", list(ARRIVALS), ids=list(ARRIVALS))
+def test_streamed_codes_are_byte_identical_to_the_whole_text_however_it_arrives(talker_engine, whole, arrival):
+    opened = talker_engine.run(talker_engine.source.growing_requests_opened())
+    spoken = talker_engine.run(
+        speak(talker_engine.source, ARRIVALS[arrival], "arrival-" + re.sub(r"\W+", "-", arrival))
+    )
+    assert spoken.finished.reason is FinishReason.EOS
+    assert spoken.codes.shape == whole.codes.shape
+    assert spoken.codes.tobytes() == whole.codes.tobytes()
+    assert spoken.spans == whole.spans
+    # Counted by the engine: one request for the whole stream, and exactly the whole text's steps.
+    assert talker_engine.run(talker_engine.source.growing_requests_opened()) == opened + 1
+    assert spoken.counts["decode_steps"] == whole.counts["decode_steps"]
+
+
+def test_a_request_waiting_for_text_is_held_without_a_step(talker_engine, whole):
+    # Cut early: the talker reads the first 13 characters long before the 2 s are over.
+    cut = REPLY.index("help") + 2
+    pieces = [(REPLY[:cut], 2.0), (REPLY[cut:], 0.0)]
+    spoken = talker_engine.run(speak(talker_engine.source, pieces, "held"))
+    assert spoken.codes.tobytes() == whole.codes.tobytes()
+    # The engine held it at schedules while the text was missing, and those cost no decode step.
+    assert spoken.counts["held_schedules"] > 0
+    assert spoken.counts["decode_steps"] == whole.counts["decode_steps"]
+    # Frames stopped at the text it had: no frame is conditioned on text that had not arrived.
+    before_pause = [span for span, at in zip(spoken.spans, spoken.frame_times, strict=True) if at < 1.5]
+    assert before_pause and all(end <= cut for _, end in before_pause)
+
+
+def test_each_frame_names_the_characters_of_its_text_token(whole):
+    ends = [end for _, end in whole.spans]
+    assert ends == sorted(ends)
+    # Frame k speaks token k: the spans tile the reply from its first character, in order.
+    spoken = [(start, end) for start, end in whole.spans if end > start]
+    assert spoken[0][0] == 0 and spoken[-1][1] == len(REPLY)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spoken))
+
+
+@pytest.mark.parametrize("moment", ["while paused", "while generating"])
+def test_a_cancel_ends_the_request_within_one_step(talker_engine, moment):
+    source = talker_engine.source
+
+    async def run() -> tuple[Finished, float]:
+        text = StreamedText("", ServerLimits().max_text_chars)
+        request = SynthesisRequest(text="", voice="ryan", seed=SEED, max_frames=600, streamed_text=text)
+        generation = await source.open_streamed(request, f"cancel-{moment}", ServerLimits())
+        text.push(REPLY[:40] if moment == "while paused" else REPLY, flush=False, end_of_input=moment != "while paused")
+        events = aiter(generation)
+        frames = 0
+        while frames < 8:
+            event = await anext(events)
+            frames += len(event.codes) if isinstance(event, Frames) else 0
+        if moment == "while paused":
+            await asyncio.sleep(1.0)  # the talker read its 40 characters and waits
+        asked = time.monotonic()
+        await generation.abort()
+        async for event in events:
+            if isinstance(event, Finished):
+                return event, time.monotonic() - asked
+        raise AssertionError("no Finished after the abort")
+
+    finished, seconds = talker_engine.run(run())
+    assert finished.reason is FinishReason.ABORTED
+    assert seconds < 5.0  # generous: one step of the tiny talker takes milliseconds
+    assert talker_engine.wait_for_no_live_requests() == 0
+
+
+def test_a_neighbouring_whole_text_request_is_byte_identical_to_a_quiet_server(talker_engine):
+    source = talker_engine.source
+    neighbour = SynthesisRequest(text="A quiet sentence beside a streamed reply.", voice="ryan", seed=3, max_frames=80)
+    quiet = talker_engine.collect(neighbour, "neighbour-quiet").codes
+
+    async def beside() -> np.ndarray:
+        streamed = asyncio.create_task(speak(source, paced(15), "neighbour-stream"))
+        await asyncio.sleep(0.3)
+        generation = await source.open(neighbour, "neighbour-busy")
+        codes = [event.codes async for event in generation if isinstance(event, Frames)]
+        await streamed
+        return np.concatenate(codes)
+
+    assert talker_engine.run(beside()).tobytes() == quiet.tobytes()
