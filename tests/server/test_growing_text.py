@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
-from codecstream.server.source import Finished, FinishReason, Frames
+from codecstream.server.source import Finished, FinishReason, Frames, SegmentEnd
 from codecstream.server.text_input import StreamedText
 
 REPLY = "Sure, I can help with that. The next train to the airport leaves at nine, from platform four."
@@ -46,6 +46,8 @@ class Spoken:
     counts: dict[str, int]
     #: Seconds from the open to each frame.
     frame_times: list[float]
+    #: Frames generated when the generation said "send what you have" (SegmentEnd).
+    flushes: list[int]
 
 
 async def speak(source, pieces: list[tuple[str, float]], stream_id: str, seed: int = SEED) -> Spoken:
@@ -62,18 +64,20 @@ async def speak(source, pieces: list[tuple[str, float]], stream_id: str, seed: i
                 await asyncio.sleep(pause)
 
     writer = asyncio.create_task(write())
-    codes, spans, finished, times = [], [], None, []
+    codes, spans, finished, times, flushes = [], [], None, [], []
     started = time.monotonic()
     async for event in generation:
         if isinstance(event, Frames):
             codes.append(event.codes)
             spans.append((event.text_start, event.text_end))
             times.append(time.monotonic() - started)
+        elif isinstance(event, SegmentEnd):
+            flushes.append(len(codes))
         elif isinstance(event, Finished):
             finished = event
     writer.cancel()
     codes = np.concatenate(codes) if codes else np.zeros((0, 16), np.int16)
-    return Spoken(codes, spans, finished, generation.engine_counts, times)
+    return Spoken(codes, spans, finished, generation.engine_counts, times, flushes)
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +133,9 @@ def test_a_request_waiting_for_text_is_held_without_a_step(talker_engine, whole)
     # Frames stopped at the text it had: no frame is conditioned on text that had not arrived.
     before_pause = [span for span, at in zip(spoken.spans, spoken.frame_times, strict=True) if at < 1.5]
     assert before_pause and all(end <= cut for _, end in before_pause)
+    # Where it waited, the frames made so far were let go as a chunk (none wait in a half chunk).
+    assert spoken.flushes and whole.flushes == []
+    assert spoken.spans[spoken.flushes[0] - 1][1] <= cut
 
 
 def test_each_frame_names_the_characters_of_its_text_token(whole):

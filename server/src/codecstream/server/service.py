@@ -96,6 +96,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             min_clause_chars=limits.min_clause_chars,
             max_segment_chars=limits.max_segment_chars,
             text_idle_ms=round(limits.text_idle_s * 1000),
+            streamed_text_grows=self._generator.grows_streamed_text,
+            start_gate_tokens=limits.start_gate_tokens,
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:

@@ -19,17 +19,14 @@ import re
 import time
 import unicodedata
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from codecstream.server.errors import GenerationFailed
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
-from codecstream.server.source import Event, Finished, FinishReason, Frames, Generation
+from codecstream.server.source import Event, Finished, FinishReason, Frames, Generation, SegmentEnd
 from codecstream.server.text_input import StreamedText
 from codecstream.server.text_tokens import IncrementalTokenizer
-
-if TYPE_CHECKING:
-    from codecstream.server.engine.talker_source import VllmTalkerSource
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +34,25 @@ log = logging.getLogger(__name__)
 _CLAUSE_OR_SENTENCE = re.compile(r"[,;:.!?…，；：、。！？]")
 
 
+class GrowingSource(Protocol):
+    """What a growing generation needs of its engine (engine/talker_source.VllmTalkerSource)."""
+
+    #: The checkpoint's text tokenizer, for use on the event loop only.
+    text_tokenizer: Any
+
+    async def open_growing(
+        self, request: SynthesisRequest, stream_id: str, text_ids: list[int], final: bool
+    ) -> Generation: ...
+
+    async def feed_growing(self, stream_id: str, text_ids: list[int], final: bool) -> None: ...
+
+    async def close_growing(self, stream_id: str) -> dict[str, int] | None: ...
+
+
 class GrowingTalkerGeneration(Generation):
     def __init__(
         self,
-        source: VllmTalkerSource,
+        source: GrowingSource,
         request: SynthesisRequest,
         stream_id: str,
         limits: ServerLimits,
@@ -163,9 +175,17 @@ class GrowingTalkerGeneration(Generation):
                         start = end = self._char_offsets(0, len(self._tokens.ids))[1]
                     yield Frames(event.codes[index : index + 1], start, end)
                 frames += count
-                if self._final_fed and frames >= self._frame_cap():
+                if not self._final_fed and frames >= len(self._tokens.ids) and self._fed == len(self._tokens.ids):
+                    # The talker has read every token that arrived and waits: what it made goes out now.
+                    yield SegmentEnd()
+                if self._final_fed and frames >= self._frame_cap() and frames < self.max_frames:
+                    # A talker that does not end the text (random weights): the text is spoken,
+                    # as a segment at its cap is; the stream's own budget is the session's to end.
+                    log.info(
+                        "stream %s: no EOS within %d frames of the whole text; ended there", self._stream_id, frames
+                    )
                     await inner.abort()
-                    yield Finished(FinishReason.LENGTH)
+                    yield Finished(FinishReason.EOS)
                     return
         finally:
             feeder.cancel()
@@ -174,8 +194,8 @@ class GrowingTalkerGeneration(Generation):
             self.engine_counts = await self._source.close_growing(self._stream_id)
 
     def _frame_cap(self) -> int:
-        """Frames the whole text may take: a talker that never says EOS stops here (End(MAX_FRAMES))."""
-        return min(self.max_frames, self._limits.segment_frame_cap(len(self._text.text)))
+        """Frames the whole text may take (ServerLimits.segment_frame_cap of all of it)."""
+        return self._limits.segment_frame_cap(len(self._text.text))
 
     async def _feed(self, inner: Generation) -> None:
         """Feed every id committed after the request opened, and the end of the input, as they come."""
