@@ -175,8 +175,10 @@ class GrowingTalkerGeneration(Generation):
                         start = end = self._char_offsets(0, len(self._tokens.ids))[1]
                     yield Frames(event.codes[index : index + 1], start, end)
                 frames += count
-                if not self._final_fed and frames >= len(self._tokens.ids) and self._fed == len(self._tokens.ids):
-                    # The talker has read every token that arrived and waits: what it made goes out now.
+                if not self._final_fed and frames >= len(self._tokens.ids) - 1 and self._fed == len(self._tokens.ids):
+                    # The talker has read every token that arrived and waits: what it made goes out
+                    # now. (A frame's codes come with the next step, so the frame of the last token
+                    # read waits in the engine with it.)
                     yield SegmentEnd()
                 if self._final_fed and frames >= self._frame_cap() and frames < self.max_frames:
                     # A talker that does not end the text (random weights): the text is spoken,
