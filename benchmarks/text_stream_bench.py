@@ -226,3 +226,7 @@ def plot(report: dict, path: pathlib.Path) -> None:
     fig.suptitle(f"streamed text: one growing request vs segments ({report['machine']['cpu']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

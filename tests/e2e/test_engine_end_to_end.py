@@ -63,6 +63,8 @@ def test_cancel_stops_the_engine_within_one_chunk_and_the_next_request_runs(engi
 def test_streamed_text_is_spoken_by_the_engine_as_one_growing_request(engine_server, speech_tokenizer):
     decoder = open_decoder(speech_tokenizer, backend="torch")
     with Client(engine_server.target) as client:
+        info = client.codec_info()
+        assert info.streamed_text_grows and info.start_gate_tokens == 4
         stream = client.stream_text("Hi", decoder=decoder, voice="ryan", seed=4)
         stream.push_text(" there.")
         stream.push_text(" Bye")

@@ -121,6 +121,24 @@ def test_streamed_codes_are_byte_identical_to_the_whole_text_however_it_arrives(
     assert spoken.counts["decode_steps"] == whole.counts["decode_steps"]
 
 
+#: Accents written decomposed (a letter, then a combining mark: NFC composes them), CJK and an emoji.
+ACCENTED = "Cre\u0300me bru\u0302le\u0301e au cafe\u0301, s'il vous pla\u0131\u0302t. 你好，世界！ 🙂 Done."
+
+
+def test_non_ascii_text_cut_between_a_letter_and_its_accent_gives_the_same_codes(talker_engine):
+    source = talker_engine.source
+    reference = talker_engine.run(speak(source, [(ACCENTED, 0.0)], "accented-whole"))
+    marks = [index for index, char in enumerate(ACCENTED) if char in "\u0300\u0301\u0302"]
+    cuts = sorted(set(marks) | set(random.Random(7).sample(range(1, len(ACCENTED)), 12)))
+    pieces = [(ACCENTED[a:b], 0.05) for a, b in zip([0, *cuts], [*cuts, len(ACCENTED)], strict=True)]
+    spoken = talker_engine.run(speak(source, pieces, "accented-cut"))
+    assert spoken.codes.tobytes() == reference.codes.tobytes() and len(reference.codes) > 0
+    # Spans are offsets into the text as received (decomposed), in order, ending at its end.
+    assert spoken.spans == reference.spans
+    assert [end for _, end in spoken.spans] == sorted(end for _, end in spoken.spans)
+    assert spoken.spans[-1] == (len(ACCENTED), len(ACCENTED))
+
+
 def test_a_request_waiting_for_text_is_held_without_a_step(talker_engine, whole):
     # Cut early: the talker reads the first 13 characters long before the 2 s are over.
     cut = REPLY.index("help") + 2

@@ -88,6 +88,7 @@ def server(replay_server_factory, checkpoint):
 def test_text_pushed_in_pieces_is_spoken_segment_by_segment_in_one_stream(server, checkpoint):
     pieces = ["Hello", " there.", " This is the second", " sentence of the reply!", " And a tail"]
     with Client(server.target) as client:
+        assert not client.codec_info().streamed_text_grows  # the replay source speaks segments
         stream = client.stream_text(decoder=open_decoder(checkpoint))
         for piece in pieces:
             stream.push_text(piece)

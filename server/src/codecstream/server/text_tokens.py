@@ -39,7 +39,7 @@ class IncrementalTokenizer:
         """Append `text`; return the ids that no later text can change."""
         if self._ended:
             raise ValueError("text pushed after the end of the input")
-        self._tail = self._normalize(self._tail + text)
+        self._tail = self.normalize(self._tail + text)
         pieces = self._backend.pre_tokenizer.pre_tokenize_str(self._tail)
         if len(pieces) < 2:
             return []
@@ -55,7 +55,8 @@ class IncrementalTokenizer:
         self._ended = True
         return ids
 
-    def _normalize(self, text: str) -> str:
+    def normalize(self, text: str) -> str:
+        """`text` as the tokenizer sees it (its normalizer; Qwen's is NFC): `ends` count these characters."""
         normalizer = self._backend.normalizer
         return normalizer.normalize_str(text) if normalizer is not None else text
 

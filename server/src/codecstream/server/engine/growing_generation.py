@@ -17,7 +17,6 @@ import contextlib
 import logging
 import re
 import time
-import unicodedata
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -106,11 +105,8 @@ class GrowingTalkerGeneration(Generation):
             return True
         if len(ids) >= self._limits.start_gate_tokens:
             return True
-        committed = self._normalized_text()[: self._tokens.ends[-1]] if ids else ""
+        committed = self._tokens.normalize(self._text.text)[: self._tokens.ends[-1]] if ids else ""
         return bool(_CLAUSE_OR_SENTENCE.search(committed))
-
-    def _normalized_text(self) -> str:
-        return unicodedata.normalize("NFC", self._text.text)
 
     def _char_offsets(self, first: int, last: int) -> tuple[int, int]:
         """Characters of the received text that tokens [first, last) speak (offsets in the raw text)."""
@@ -121,13 +117,13 @@ class GrowingTalkerGeneration(Generation):
 
     def _raw_offset(self, normalized: int) -> int:
         raw = self._text.text
-        if raw.isascii():
+        if raw.isascii():  # normalizing ASCII changes no length
             return min(normalized, len(raw))
         # The shortest raw prefix whose normalized form covers `normalized` characters.
         low, high = 0, len(raw)
         while low < high:
             middle = (low + high) // 2
-            if len(unicodedata.normalize("NFC", raw[:middle])) >= normalized:
+            if len(self._tokens.normalize(raw[:middle])) >= normalized:
                 high = middle
             else:
                 low = middle + 1
