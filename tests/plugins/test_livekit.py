@@ -48,6 +48,26 @@ async def test_text_pushed_as_the_llm_writes_it_comes_back_as_audio_with_timed_w
 
 
 @pytest.mark.asyncio
+async def test_a_streamed_reply_reports_livekit_metrics_with_its_time_to_first_byte(replay_server_factory, checkpoint):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    collected = []
+    engine.on("metrics_collected", collected.append)
+    async with engine.stream() as stream:
+        for token in REPLY:
+            stream.push_text(token)
+        stream.end_input()
+        audio_s = sum([event.frame.duration async for event in stream])
+    await engine.aclose()
+    # Issue 21 item 10: stream() never marked its start, so LiveKit emitted no metrics for it.
+    assert len(collected) == 1
+    metrics = collected[0]
+    assert 0 < metrics.ttfb < metrics.duration
+    assert metrics.characters_count == len("".join(REPLY))
+    assert metrics.audio_duration == pytest.approx(audio_s)
+
+
+@pytest.mark.asyncio
 async def test_closing_the_stream_mid_speech_cancels_it_on_the_server(replay_server_factory, checkpoint):
     server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
     engine = CodecstreamTTS(server=server.target, decoder=checkpoint)

@@ -163,6 +163,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                 if isinstance(item, self._FlushSentinel):
                     stream.flush()
                 else:
+                    # LiveKit times TTFB and emits TTSMetrics from the first text sent to the provider.
+                    self._mark_started()
                     stream.push_text(item)
             stream.end_input()
 
