@@ -21,6 +21,13 @@ def sample(server, name: str, **labels: str) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class Pause:
+    """A step of `run_script`: nothing is pushed for `seconds` (an LLM that stops writing for a while)."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Until:
     """A step of `run_script`: wait until a frame of `kind` has come out of the processor."""
 
@@ -64,6 +71,8 @@ async def run_script(processor, script: list, upstream: list | None = None) -> l
         for step in script:
             if isinstance(step, Until):
                 await drain_until(step.kind, step.timeout_s)
+            elif isinstance(step, Pause):
+                await asyncio.sleep(step.seconds)
             else:
                 await worker.queue_frame(step)
         await worker.queue_frame(EndFrame())

@@ -1,23 +1,33 @@
 """The LiveKit Agents TTS inside LiveKit's own TTS machinery (SynthesizeStream, ChunkedStream,
 AudioEmitter), against a real codecstream server on loopback: audio frames flow, timed transcripts
-are monotonic and inside the audio, aclose() (LiveKit's interruption) cancels on the server."""
+arrive in order with the audio they describe, aclose() (LiveKit's interruption) cancels on the
+server and reports what was played, errors that would fail again are not retried, options follow
+LiveKit's conventions."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 pytest.importorskip("livekit.agents", reason="the livekit extra: pip install './client[livekit]'")
 
 from codecstream.client.plugins.livekit import CodecstreamTTS
+from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
+from livekit.agents import APIConnectOptions, APIError, APIStatusError
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
 from tests.conftest import random_codes
 from tests.plugins.conftest import sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
+NO_RETRY_WAIT = APIConnectOptions(max_retry=3, retry_interval=0.1, timeout=10)
+
+
+def words_in(frames) -> list:
+    return [w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
 
 
 def test_the_tts_declares_streaming_and_aligned_transcripts(checkpoint):
@@ -40,11 +50,55 @@ async def test_text_pushed_as_the_llm_writes_it_comes_back_as_audio_with_timed_w
     audio_s = sum(f.samples_per_channel for f in frames) / 24_000
     assert audio_s == pytest.approx(2 * 10 * 0.08)  # two segments of 10 frames
     assert events[-1].is_final
-    words = [w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
-    assert "".join(words).split() == "Hello there. The train leaves at nine.".split()
+    words = words_in(frames)
+    assert "".join(words) == "Hello there. The train leaves at nine."  # the text as written, spaces and all
     starts = [w.start_time for w in words]
     assert starts == sorted(starts) and all(w.end_time <= audio_s + 1e-6 for w in words)
     assert sample(server, "codecstream_streams_ended_total", reason="eos") == 1
+
+
+@pytest.mark.asyncio
+async def test_the_words_of_a_sentence_still_being_spoken_arrive_with_its_audio(replay_server_factory, checkpoint):
+    # Issue 21 item 2: timed words came only once the sentence's whole audio had been generated.
+    server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    stream = engine.stream()
+    stream.push_text("The next train to the airport leaves at nine from platform four, and it is on time.")
+    stream.end_input()
+    audio_s, words = 0.0, []
+    async for event in stream:
+        audio_s += event.frame.duration
+        words += words_in([event.frame])
+        # Words ride on the first frame of the chunk whose audio completes them: read that chunk.
+        if words and audio_s >= words[-1].end_time:
+            break
+    await stream.aclose()
+    await engine.aclose()
+    assert words[0].start_time == 0.0 and words[0].strip() == "The"
+    assert audio_s < 4.0  # the first words came with the first seconds of an 8-second sentence
+
+
+@pytest.mark.asyncio
+async def test_closing_the_stream_mid_speech_cancels_it_and_reports_what_was_played(replay_server_factory, checkpoint):
+    # Issue 21 item 3: the frames handed to LiveKit were reported as played.
+    server = replay_server_factory(codes=random_codes(200), fps=50.0, decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    stream = engine.stream()
+    stream.push_text("A long answer that the user will interrupt.")
+    stream.end_input()
+    began = time.monotonic()
+    handed_s = 0.0
+    async for event in stream:
+        handed_s += event.frame.duration
+        if time.monotonic() - began > 1.5:  # the server runs 4x faster than real time meanwhile
+            break
+    await stream.aclose()
+    elapsed_frames = (time.monotonic() - began) / 0.08
+    await engine.aclose()
+    assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
+    played = sample(server, "codecstream_played_frames_at_cancel_total")
+    assert 0 < played <= elapsed_frames
+    assert played < handed_s / 0.08
 
 
 @pytest.mark.asyncio
@@ -68,22 +122,70 @@ async def test_a_streamed_reply_reports_livekit_metrics_with_its_time_to_first_b
 
 
 @pytest.mark.asyncio
-async def test_closing_the_stream_mid_speech_cancels_it_on_the_server(replay_server_factory, checkpoint):
-    server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
-    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
-    stream = engine.stream()
-    stream.push_text("A long answer that the user will interrupt.")
-    stream.end_input()
-    received = 0
-    async for event in stream:
-        received += event.frame.samples_per_channel
-        if received >= 24_000 // 2:  # half a second of audio heard
-            break
-    await stream.aclose()
+async def test_options_updated_at_run_time_apply_to_the_next_stream(replay_server_factory, checkpoint):
+    # Issue 21 item 8: LiveKit had no update_options.
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, voice="ryan")
+    engine.update_options(voice="nobody", temperature=0.5)
+    with pytest.raises(APIStatusError, match="unknown voice 'nobody'"):
+        await engine.synthesize("Hello there.", conn_options=NO_RETRY_WAIT).collect()
     await engine.aclose()
-    assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
-    played = sample(server, "codecstream_played_frames_at_cancel_total")
-    assert 0 < played < 200
+    assert sample(server, "codecstream_calls_total") == 1  # refused once, not retried
+
+
+@pytest.mark.asyncio
+async def test_a_decoder_for_other_codes_fails_once_with_an_error_event_not_four_retries(
+    replay_server_factory, checkpoint
+):
+    # Issue 21 item 11: a codec mismatch was retried 4 times over 6.6 s.
+    server = replay_server_factory(codes=random_codes(10), decoder_digest="sha256:" + "1" * 64)
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    errors = []
+    engine.on("error", errors.append)
+    with pytest.raises(APIStatusError, match="does not match"):
+        await engine.synthesize("Hello there.", conn_options=NO_RETRY_WAIT).collect()
+    await engine.aclose()
+    assert sample(server, "codecstream_calls_total") == 1
+    assert len(errors) == 1 and not errors[0].recoverable
+
+
+def test_a_decoder_that_is_not_there_fails_at_construction(tmp_path):
+    # Issue 21 item 11: it surfaced at the first utterance.
+    with pytest.raises(DecoderLoadError, match="no-such-decoder: no such directory"):
+        CodecstreamTTS(server="127.0.0.1:1", decoder=tmp_path / "no-such-decoder")
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_offers_no_decoder_is_a_livekit_error_event_not_a_retry(replay_server_factory):
+    # Issue 21 item 11: a decoder-load error was not LiveKit's API error type, so no error event fired.
+    server = replay_server_factory(codes=random_codes(10))
+    engine = CodecstreamTTS(server=server.target)  # decoder="auto": the server offers none
+    errors = []
+    engine.on("error", errors.append)
+    with pytest.raises(APIError, match="offers no decoder artifact"):
+        await engine.synthesize("Hello there.", conn_options=NO_RETRY_WAIT).collect()
+    await engine.aclose()
+    assert len(errors) == 1 and not errors[0].recoverable
+    assert sample(server, "codecstream_calls_total") == 0
+
+
+@pytest.mark.asyncio
+async def test_a_16_khz_session_gets_16_khz_audio_resampled_on_the_client(replay_server_factory, checkpoint):
+    server = replay_server_factory(codes=random_codes(12), decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, sample_rate=16_000)
+    frame = await asyncio.wait_for(engine.synthesize("Hello there.").collect(), 30)
+    await engine.aclose()
+    assert frame.sample_rate == 16_000 and engine.sample_rate == 16_000
+    assert frame.samples_per_channel == 12 * 1280
+
+
+@pytest.mark.asyncio
+async def test_the_servers_voices_are_listed(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(10))
+    engine = CodecstreamTTS(server=server.target)
+    voices = await engine.list_voices()
+    await engine.aclose()
+    assert "ryan" in [v.name for v in voices]
 
 
 @pytest.mark.asyncio

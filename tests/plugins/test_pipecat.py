@@ -1,8 +1,12 @@
 """The Pipecat TTS service inside a real Pipecat pipeline (tests/plugins/conftest.run_script), against a real
 codecstream server on loopback: audio frames flow between TTSStarted and TTSStopped, word
-timestamps are in order, an interruption stops the audio and the server records the Cancel."""
+timestamps arrive in order with the audio they describe, nothing is lost to Pipecat's idle timeout,
+an interruption stops the audio and reports what was played, settings and constructor arguments
+follow Pipecat's conventions."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -20,13 +24,28 @@ from pipecat.frames.frames import (
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
+    TTSUpdateSettingsFrame,
 )
 from pipecat.services.tts_service import TextAggregationMode
+from pipecat.transcriptions.language import Language
 
 from tests.conftest import random_codes
-from tests.plugins.conftest import Until, run_script, sample
+from tests.plugins.conftest import Pause, Until, run_script, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
+FRAME_BYTES = 1920 * 2  # one 80 ms frame of 16-bit PCM at 24 kHz
+
+
+def reply(*tokens: str) -> list:
+    return [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in tokens), LLMFullResponseEndFrame()]
+
+
+def audio_bytes(frames: list) -> int:
+    return sum(len(f.audio) for f in frames if isinstance(f, TTSAudioRawFrame))
+
+
+def words_of(frames: list) -> list[str]:
+    return [f.text for f in frames if isinstance(f, TTSTextFrame)]
 
 
 @pytest.mark.asyncio
@@ -36,8 +55,7 @@ async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word
 ):
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_aggregation_mode=mode)
-    frames = [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in REPLY), LLMFullResponseEndFrame()]
-    down = await run_script(tts, [*frames, Until(TTSStoppedFrame)])
+    down = await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])
     kinds = [type(f) for f in down]
     assert TTSStartedFrame in kinds and TTSStoppedFrame in kinds
     started, stopped = kinds.index(TTSStartedFrame), len(kinds) - 1 - kinds[::-1].index(TTSStoppedFrame)
@@ -45,42 +63,100 @@ async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word
     assert audio and all(started < down.index(f) < stopped for f in audio)
     assert all(f.sample_rate == 24_000 and f.num_channels == 1 for f in audio)
     # Two segments ("Hello there." and "The train leaves at nine.") of 10 frames, 1920 samples each.
-    assert sum(len(f.audio) for f in audio) == 2 * 10 * 1920 * 2
-    words = [f for f in down if isinstance(f, TTSTextFrame)]
-    assert [w.text for w in words] == "Hello there. The train leaves at nine.".split()
-    times = [w.pts for w in words]
+    assert audio_bytes(down) == 2 * 10 * FRAME_BYTES
+    assert words_of(down) == "Hello there. The train leaves at nine.".split()
+    times = [f.pts for f in down if isinstance(f, TTSTextFrame)]
     assert times == sorted(times)
     assert sample(server, "codecstream_streams_ended_total", reason="eos") == 1
+
+
+@pytest.mark.asyncio
+async def test_an_llm_pause_longer_than_pipecats_idle_timeout_loses_no_audio_and_no_words(
+    replay_server_factory, checkpoint
+):
+    # Issue 21 item 1: Pipecat ended the turn after 3 s without audio and dropped what came later.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
+    script = [
+        LLMFullResponseStartFrame(),
+        LLMTextFrame("Hello there."),
+        Pause(4.0),  # the LLM thinks; the first sentence has long been spoken
+        LLMTextFrame(" The train leaves."),
+        LLMFullResponseEndFrame(),
+        Until(TTSStoppedFrame),
+    ]
+    down = await run_script(tts, script)
+    assert audio_bytes(down) == 2 * 10 * FRAME_BYTES
+    assert words_of(down) == "Hello there. The train leaves.".split()
+    assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_words_of_a_sentence_still_being_spoken_arrive_with_its_audio(replay_server_factory, checkpoint):
+    # Issue 21 item 2: words came only once the next segment started (or the stream ended), so an
+    # interrupted turn left no transcript at all.
+    server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
+    script = [
+        *reply("The next train to the airport leaves at nine from platform four, and it is on time."),
+        Until(TTSTextFrame, timeout_s=4.0),  # 8 s of audio in all: long before its end
+        InterruptionFrame(),
+    ]
+    down = await run_script(tts, script)
+    words = words_of(down)
+    assert words and words == "The next train to the airport leaves at nine".split()[: len(words)]
+    # Each word came with (or before) audio that reaches its end.
+    heard_frames = 0
+    for frame in down:
+        if isinstance(frame, TTSAudioRawFrame):
+            heard_frames += len(frame.audio) // FRAME_BYTES
+    assert heard_frames < 200
+
+
+@pytest.mark.asyncio
+async def test_an_interruption_reports_the_frames_played_not_the_frames_handed_out(replay_server_factory, checkpoint):
+    # Issue 21 item 3: the frames handed to Pipecat were reported as played; a fast server hands
+    # out seconds of audio before the listener has heard any of it.
+    server = replay_server_factory(codes=random_codes(200), fps=50.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
+    began = time.monotonic()
+    script = [
+        *reply("A long answer that the user will interrupt."),
+        Until(TTSAudioRawFrame),
+        Pause(1.5),  # the server runs 4x faster than real time meanwhile
+        InterruptionFrame(),
+    ]
+    down = await run_script(tts, script)
+    elapsed_frames = (time.monotonic() - began) / 0.08
+    assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
+    played = sample(server, "codecstream_played_frames_at_cancel_total")
+    handed_out = audio_bytes(down) // FRAME_BYTES
+    assert 0 < played <= elapsed_frames  # no more than real time since the turn began could play
+    assert played < handed_out
 
 
 @pytest.mark.asyncio
 async def test_an_interruption_stops_the_audio_and_the_server_records_the_cancel(replay_server_factory, checkpoint):
     server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
-    script = [
-        LLMFullResponseStartFrame(),
-        LLMTextFrame("A long answer that the user will interrupt."),
-        LLMFullResponseEndFrame(),
-        Until(TTSAudioRawFrame),  # the user interrupts once the answer is heard
-        InterruptionFrame(),
-    ]
+    script = [*reply("A long answer that the user will interrupt."), Until(TTSAudioRawFrame), InterruptionFrame()]
     down = await run_script(tts, script)
     assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
     played = sample(server, "codecstream_played_frames_at_cancel_total")
-    audio_frames = sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) // (1920 * 2)
-    # The server heard how much audio Pipecat was given, and no more audio came after the cancel
-    # than the one chunk already decoded (25 frames at most).
-    assert 0 < played <= audio_frames <= played + 25
+    audio_frames = audio_bytes(down) // FRAME_BYTES
+    # No more was played than handed out, and no more audio came after the cancel than the one
+    # chunk already decoded (25 frames at most).
+    assert played <= audio_frames <= 25 + 4
     assert audio_frames < 200
 
 
 TOKENS = "Sure , I can help with that . The next train to the airport leaves at nine from platform four .".split()
 
 
-async def refused_turn(tts) -> tuple[list, list]:
+async def refused_turn(tts, before: list | None = None) -> tuple[list, list]:
     up: list = []
-    script = [LLMFullResponseStartFrame(), *(LLMTextFrame(f" {t}") for t in TOKENS), LLMFullResponseEndFrame()]
-    down = await run_script(tts, [*script, Until(TTSStoppedFrame)], upstream=up)
+    script = [*(before or []), *reply(*(f" {t}" for t in TOKENS)), Until(TTSStoppedFrame)]
+    down = await run_script(tts, script, upstream=up)
     return down, up
 
 
@@ -94,11 +170,62 @@ async def test_a_refused_turn_is_one_request_one_error_and_one_stop_not_one_per_
     replay_server_factory, checkpoint
 ):
     server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
-    down, up = await refused_turn(CodecstreamTTSService(server=server.target, decoder=checkpoint, voice="nobody"))
+    down, up = await refused_turn(CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody"))
     assert sample(server, "codecstream_calls_total") == 1
     errors = errors_in(down, up)
     assert len(errors) == 1 and "unknown voice 'nobody'" in errors[0]
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
+
+
+@pytest.mark.asyncio
+async def test_settings_changed_at_run_time_reach_the_server_from_the_next_turn(replay_server_factory, checkpoint):
+    # Issue 21 item 8: TTSUpdateSettingsFrame changed the service's settings, the server still got the first voice.
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="ryan")
+    update = TTSUpdateSettingsFrame(delta=CodecstreamTTSService.Settings(voice="nobody", temperature=0.5))
+    down, up = await refused_turn(tts, before=[update])
+    errors = errors_in(down, up)
+    assert len(errors) == 1 and "unknown voice 'nobody'" in errors[0]
+    assert tts._request()["temperature"] == 0.5
+
+
+@pytest.mark.asyncio
+async def test_pipecat_languages_are_sent_as_the_models_language_names(replay_server_factory, checkpoint):
+    # Issue 21 item 9: Language.EN went out as "en" and was refused as an unknown language.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, language=Language.EN_GB)
+    assert tts._request()["language"] == "English"
+    down = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])
+    assert audio_bytes(down) == 10 * FRAME_BYTES
+    assert sample(server, "codecstream_streams_ended_total", reason="eos") == 1
+
+
+@pytest.mark.asyncio
+async def test_a_16_khz_pipeline_gets_16_khz_audio_resampled_on_the_client(replay_server_factory, checkpoint):
+    # Issue 21 item 9: sample_rate=16000 raised TypeError.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, sample_rate=16_000)
+    down = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert all(f.sample_rate == 16_000 for f in audio)
+    assert sum(len(f.audio) for f in audio) == 10 * 1280 * 2  # 10 frames of 80 ms at 16 kHz
+
+
+def test_unknown_or_foreign_constructor_arguments_are_refused_loudly():
+    # Issue 21 item 9: Pipecat's base class swallowed any keyword, so model= and typos did nothing.
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['model'\] \(codecstream speaks with the model"):
+        CodecstreamTTSService(server="127.0.0.1:1", model="sonic-3")
+    with pytest.raises(TypeError, match=r"\['voice_name'\]"):
+        CodecstreamTTSService(server="127.0.0.1:1", voice_name="ryan")
+    with pytest.raises(ValueError, match="sample_rate must be a positive number of Hz"):
+        CodecstreamTTSService(server="127.0.0.1:1", sample_rate=-1)
+
+
+@pytest.mark.asyncio
+async def test_the_servers_voices_are_listed(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(10))
+    voices = await CodecstreamTTSService(server=server.target).list_voices()
+    assert "ryan" in [v.name for v in voices]
 
 
 @pytest.mark.asyncio
@@ -116,6 +243,5 @@ async def test_a_decoder_that_cannot_load_is_one_clear_error_and_the_turn_still_
 async def test_a_finished_turn_leaves_no_state_behind(replay_server_factory, checkpoint):
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
-    script = [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in REPLY), LLMFullResponseEndFrame()]
-    await run_script(tts, [*script, Until(TTSStoppedFrame)])
-    assert not (tts._streams or tts._readers or tts._frames_out or tts._refused)
+    await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])
+    assert not (tts._turns or tts._refused)

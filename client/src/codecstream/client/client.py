@@ -13,9 +13,11 @@ import grpc
 import numpy as np
 from codecstream.client.channel import DEFAULT_KEEPALIVE_S, call_metadata, open_channel
 from codecstream.client.code_stream import AsyncCodeStream
+from codecstream.client.decoder_download import AUTO, fetch_decoder
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import StartOptions, build_start
+from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
 from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FrameDecoder
@@ -108,33 +110,49 @@ class AsyncClient:
             timeout_s=timeout_s,
         )
 
+    async def open_decoder(
+        self,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
+        *,
+        backend: str = "auto",
+        cache_dir: pathlib.Path | None = None,
+    ) -> LoadedDecoder:
+        """A loaded decoder for this server's codes, opened once per process and shared.
+
+        `decoder`: "auto" (the server's own, downloaded once into the cache, decoder_download.py),
+        an artifact or checkpoint directory, or a decoder open_decoder opened. `backend` as for
+        codecstream.client.runtimes.open_decoder."""
+        if isinstance(decoder, str) and decoder == AUTO:
+            info = await self.codec_info()
+            decoder = await fetch_decoder(self._stub, self._metadata, info.codec, self.target, backend, cache_dir)
+        return await asyncio.to_thread(shared_decoder, decoder, backend)
+
     def synthesize(
         self,
         text: str,
         *,
-        decoder: FrameDecoder | str | pathlib.Path,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
         backend: str = "auto",
         timeout_s: float | None = None,
         **options: Unpack[StartOptions],
     ) -> AsyncAudioStream:
         """Start synthesizing `text`; iterate the result for decoded PcmChunks.
 
-        `decoder`: a decoder opened by codecstream.client.runtimes.open_decoder, or the directory
-        of a decoder artifact / checkpoint, opened with `backend` once per process and shared.
-        Any number of streams may use one decoder at once: each decodes with a state of its own.
-        The server is told which decoder the client has and refuses a stream its codes would not
-        fit. `timeout_s` and the options as for stream_codes.
+        `decoder`: "auto" (the server's own decoder, downloaded once and cached: `open_decoder`),
+        a decoder opened by codecstream.client.runtimes.open_decoder, or the directory of a
+        decoder artifact / checkpoint, opened with `backend` once per process and shared. Any
+        number of streams may use one decoder at once: each decodes with a state of its own. The
+        server is told which decoder the client has and refuses a stream its codes would not fit.
+        `timeout_s` and the options as for stream_codes.
         """
-        decoder = shared_decoder(decoder, backend)
-        options.setdefault("expected_codec", decoder.codec)
         codes = self.stream_codes(text, timeout_s=timeout_s, **options)
-        return AsyncAudioStream(codes, decoder.new_stream(), self._decode_thread)
+        return self._decoded(AsyncAudioStream, codes, decoder, backend)
 
     def stream_text(
         self,
         text: str = "",
         *,
-        decoder: FrameDecoder | str | pathlib.Path,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
         backend: str = "auto",
         timeout_s: float | None = None,
         **options: Unpack[StartOptions],
@@ -142,15 +160,19 @@ class AsyncClient:
         """Speech for text that arrives in pieces: `text` is the first piece (may be empty), then
         push_text / flush / end_input on the result; iterate it for PcmChunks with their text
         spans. Options as for synthesize (CustomVoice and VoiceDesign; never resumable)."""
-        decoder = shared_decoder(decoder, backend)
-        options.setdefault("expected_codec", decoder.codec)
         options["resumable"] = False  # text sent while disconnected would be lost
         start = build_start(text, **options)
         start.streaming_text = True
         codes = AsyncCodeStream(
             self._stub, start, self._metadata, resume_timeout_s=self._resume_timeout_s, timeout_s=timeout_s
         )
-        return AsyncTextStream(codes, decoder.new_stream(), self._decode_thread)
+        return self._decoded(AsyncTextStream, codes, decoder, backend)
+
+    def _decoded(self, stream_class, codes: AsyncCodeStream, decoder, backend: str):
+        """`codes` decoded by `decoder`: opened now, or for "auto" when the stream opens."""
+        if isinstance(decoder, str) and decoder == AUTO:
+            return stream_class(codes, lambda: self.open_decoder(AUTO, backend=backend), self._decode_thread)
+        return stream_class(codes, shared_decoder(decoder, backend), self._decode_thread)
 
 
 class _LoopThread:
@@ -286,6 +308,24 @@ class AudioStream(_BlockingStream):
         """Voice-clone codes from the Header that primed the decoder (never played); (n, 16) int16."""
         return self._stream.codes.reference_codes
 
+    @property
+    def text(self) -> str:
+        return self._stream.text
+
+    def new_word_timings(self) -> list[WordTiming]:
+        return self._stream.new_word_timings()
+
+    def word_timestamps(self) -> list[WordTiming]:
+        return self._stream.word_timestamps()
+
+    @property
+    def text_offset_played(self) -> int | None:
+        return self._stream.text_offset_played
+
+    @property
+    def heard_text(self) -> str | None:
+        return self._stream.heard_text
+
 
 class TextStream(AudioStream):
     """Blocking twin of AsyncTextStream: push_text / flush / end_input, iterate for PcmChunks."""
@@ -298,21 +338,6 @@ class TextStream(AudioStream):
 
     def end_input(self) -> None:
         self._loop.call_soon(self._stream.end_input)
-
-    @property
-    def text(self) -> str:
-        return self._stream.text
-
-    def word_timestamps(self) -> list[WordTiming]:
-        return self._stream.word_timestamps()
-
-    @property
-    def text_offset_played(self) -> int | None:
-        return self._stream.text_offset_played
-
-    @property
-    def heard_text(self) -> str | None:
-        return self._stream.heard_text
 
 
 class Client:

@@ -85,6 +85,12 @@ class AsyncCodeStream:
         """Start.text: the text, or for streaming_text its first piece."""
         return self._start.text
 
+    def expect_codec(self, codec) -> None:
+        """Tell the server which decoder will decode the codes (Start.expected_codec), unless the
+        caller named one; before `open()`."""
+        if not self._start.HasField("expected_codec"):
+            self._start.expected_codec.CopyFrom(codec)
+
     @property
     def stream_id(self) -> str:
         return self.header.stream_id if self.header else ""

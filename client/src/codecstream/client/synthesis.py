@@ -3,7 +3,8 @@
 Chunks are received on the event loop (timestamped on arrival) and decoded on a worker thread, so
 a slow decode never delays reading the network. The decoder's codec spec is checked against the
 stream's Header before any audio is produced; voice-clone reference codes prime the decoder and
-are never returned as audio.
+are never returned as audio. Words are timed as their audio arrives (protocol/text_timing.py):
+`new_word_timings()` after each chunk gives the words it completed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from codecstream.client.code_stream import AsyncCodeStream
@@ -20,6 +22,7 @@ from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.protocol.codec_spec import spec_differences
 from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
 from codecstream.protocol.reassembler import ReceivedChunk
+from codecstream.protocol.text_timing import WordClock, WordTiming
 from codecstream.v1 import synthesis_pb2 as pb
 
 #: gRPC length prefix (5 bytes) + HTTP/2 DATA frame header (9 bytes) around every message.
@@ -43,10 +46,12 @@ class PcmChunk:
     arrived_s: float
     decoded_s: float
     decode_s: float
-    #: Characters [text_start, text_end) of the text these frames speak: the segment the talker
-    #: was conditioned on (the whole text unless it was streamed), not a forced alignment.
+    #: Characters [text_start, text_end) of the text these frames speak: the text the talker was
+    #: conditioned on while generating them (Chunk.text_start), not a forced alignment.
     text_start: int = 0
     text_end: int = 0
+    #: No later chunk speaks more of that text (Chunk.ends_text_span).
+    ends_text_span: bool = False
 
     def int16(self) -> np.ndarray:
         return to_pcm16(self.samples)
@@ -81,13 +86,26 @@ class AudioStreamStats:
 class AsyncAudioStream:
     """Async iterator of PcmChunk; `cancel()` stops the server, drops pending audio, resets the decoder.
 
-    `decoder` is this stream's own (LoadedDecoder.new_stream()). Use the stream as an async context
-    manager to cancel it if the block is left before the stream ends.
+    `decoder`: the loaded decoder (the stream decodes with a state of its own, `new_stream()`), or
+    a coroutine function that loads it when the stream opens (the server's own decoder, `decoder="auto"`).
+    The server is told which decoder it is (Start.expected_codec). Use the stream as an async
+    context manager to cancel it if the block is left before the stream ends.
     """
 
-    def __init__(self, codes: AsyncCodeStream, decoder: LoadedDecoder, executor: concurrent.futures.Executor) -> None:
+    def __init__(
+        self,
+        codes: AsyncCodeStream,
+        decoder: LoadedDecoder | Callable[[], Awaitable[LoadedDecoder]],
+        executor: concurrent.futures.Executor,
+    ) -> None:
         self.codes = codes
-        self.decoder = decoder
+        self._loading: Callable[[], Awaitable[LoadedDecoder]] | None = None
+        #: This stream's decoder (a state of its own over the loaded weights), once it is loaded.
+        self.decoder: LoadedDecoder | None = None
+        if isinstance(decoder, LoadedDecoder):
+            self._use(decoder)
+        else:
+            self._loading = decoder
         self._executor = executor
         self._arrivals: asyncio.Queue = asyncio.Queue()
         self._receiver: asyncio.Task | None = None
@@ -95,6 +113,18 @@ class AsyncAudioStream:
         self._opened = False
         self._finished = False
         self.stats = AudioStreamStats()
+        self._words = WordClock()
+        self._words_taken = 0
+
+    @property
+    def text(self) -> str:
+        """The text of the stream (Start.text); offsets in chunks and End refer to it."""
+        return self.codes.start_text
+
+    @property
+    def text_complete(self) -> bool:
+        """Whether `text` is all the stream will speak (a streamed text until its input ends is not)."""
+        return True
 
     @property
     def header(self) -> pb.Header | None:
@@ -110,6 +140,9 @@ class AsyncAudioStream:
             return self.header
         self._opened = True
         self._started = time.monotonic()
+        if self._loading is not None:
+            loading, self._loading = self._loading, None
+            self._use(await loading())
         header = await self.codes.open()
         differences = spec_differences(header.codec, self.decoder.codec)
         if differences:
@@ -120,6 +153,10 @@ class AsyncAudioStream:
             await self._in_worker(self.decoder.prime, self.codes.reference_codes)
         self._receiver = asyncio.create_task(self._receive())
         return header
+
+    def _use(self, loaded: LoadedDecoder) -> None:
+        self.decoder = loaded.new_stream()
+        self.codes.expect_codec(loaded.codec)
 
     async def _in_worker(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
@@ -143,6 +180,8 @@ class AsyncAudioStream:
         if item is _DONE:
             self._finished = True
             self.stats.resumes = self.codes.resumes
+            if self.end is not None and self.end.reason in (pb.END_REASON_EOS, pb.END_REASON_MAX_FRAMES):
+                self._words.end(self.text)  # every span is complete
             raise StopAsyncIteration
         if isinstance(item, Exception):
             raise item
@@ -153,6 +192,15 @@ class AsyncAudioStream:
         decoded_s = time.monotonic() - self._started
         self.codes.ack(chunk.seq)
         self._account(chunk, arrived_s, decoded_s, decode_s)
+        self._words.add(
+            self.text,
+            chunk.first_frame,
+            chunk.num_frames,
+            chunk.text_start,
+            chunk.text_end,
+            chunk.ends_text_span,
+            text_complete=self.text_complete,
+        )
         return PcmChunk(
             chunk.seq,
             chunk.first_frame,
@@ -164,7 +212,32 @@ class AsyncAudioStream:
             decode_s,
             chunk.text_start,
             chunk.text_end,
+            chunk.ends_text_span,
         )
+
+    def new_word_timings(self) -> list[WordTiming]:
+        """Words whose audio arrived since the last call, in order, timed from the stream's first
+        frame (0 s): call it after each chunk to hand a transcript out with the audio it describes,
+        and once more after the last chunk. Each span's characters are spread over its frames (an
+        estimate from the talker's conditioning, not a forced alignment)."""
+        words = self._words.words[self._words_taken :]
+        self._words_taken += len(words)
+        return words
+
+    def word_timestamps(self) -> list[WordTiming]:
+        """Every word timed so far (see `new_word_timings`)."""
+        return list(self._words.words)
+
+    @property
+    def text_offset_played(self) -> int | None:
+        """After the stream ended: characters of `text` the listener heard (End.text_offset_played)."""
+        return self.end.text_offset_played if self.end is not None else None
+
+    @property
+    def heard_text(self) -> str | None:
+        """After the stream ended: the text up to `text_offset_played`."""
+        offset = self.text_offset_played
+        return None if offset is None else self.text[:offset]
 
     def _account(self, chunk: ReceivedChunk, arrived_s: float, decoded_s: float, decode_s: float) -> None:
         stats = self.stats
@@ -200,5 +273,6 @@ class AsyncAudioStream:
         while not self._arrivals.empty():
             self._arrivals.get_nowait()
         self._arrivals.put_nowait((_DONE, None))
-        await self._in_worker(self.decoder.reset)
+        if self.decoder is not None:
+            await self._in_worker(self.decoder.reset)
         return end

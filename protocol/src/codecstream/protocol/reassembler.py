@@ -30,6 +30,8 @@ class ReceivedChunk:
     #: Characters [text_start, text_end) of the text the frames speak (Chunk.text_start/text_end).
     text_start: int = 0
     text_end: int = 0
+    #: No later chunk speaks more of that span (Chunk.ends_text_span).
+    ends_text_span: bool = False
 
     @property
     def num_frames(self) -> int:
@@ -138,6 +140,7 @@ class StreamReassembler:
             chunk.sent_at_us,
             text_start=chunk.text_start,
             text_end=chunk.text_end,
+            ends_text_span=chunk.ends_text_span,
         )
 
     def _accept_end(self, end: synthesis_pb2.End) -> None:

@@ -1,31 +1,46 @@
 """Where in the text the audio is: word timings and the heard offset, from the text spans chunks carry.
 
-A chunk names the span of text the talker was conditioned on while generating its frames (a segment
-of a streamed text, or the whole text). Within a span the characters are spread evenly over the
-span's frames, so a word's time is an estimate from the talker's conditioning, not a forced
-alignment. The server computes End.text_offset_played and the client its word timestamps with
-the same functions, so both agree.
+A chunk names the span of text the talker was conditioned on while generating its frames: in a
+growing streamed text the tokens its own frames read (the span ends with the chunk), in segments
+the segment, otherwise the whole text (chunks share the span until the one that ends it). A
+span's characters are spread evenly over its frames, so a word's time is an estimate from the
+talker's conditioning, not a forced alignment. While a span is still being spoken its length in
+frames is not known yet: it is taken as the larger of the frames so far and a typical speaking
+rate (`expected_frames`), so that words can be released with the audio they describe instead of
+a segment later. Words released once are never moved: the rest of a span is spread over what is
+left of it.
+
+`WordClock` is fed every chunk in order and returns the words whose audio has arrived. The server
+feeds it the chunks it sends and answers End.text_offset_played from it, the client feeds it the
+chunks it receives, so both release the same words at the same chunks and agree on what was heard.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+import unicodedata
 
 from codecstream.protocol.pcm import FRAME_SECONDS
 
 _WORD = re.compile(r"\S+")
+#: Typical speaking rates, as frames per character (12.5 frames/s): alphabetic scripts about 14
+#: characters per second, CJK about 4 (the rates of conversational speech; an estimate for spans
+#: still being spoken, replaced by the span's real length once it ends).
+FRAMES_PER_CHAR = 12.5 / 14
+FRAMES_PER_CJK_CHAR = 12.5 / 4
+#: Slack when comparing frame positions computed in floating point.
+_EPSILON = 1e-6
 
 
-@dataclasses.dataclass(frozen=True)
-class TextSpan:
-    """Frames [first_frame, first_frame + frames) speak characters [text_start, text_end)."""
+def _is_cjk(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F") and char.isalpha()
 
-    first_frame: int
-    frames: int
-    text_start: int
-    text_end: int
+
+def expected_frames(text: str) -> float:
+    """Frames a speaker typically takes for `text` (FRAMES_PER_CHAR, FRAMES_PER_CJK_CHAR)."""
+    cjk = sum(1 for char in text if _is_cjk(char))
+    return cjk * FRAMES_PER_CJK_CHAR + (len(text) - cjk) * FRAMES_PER_CHAR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,50 +54,116 @@ class WordTiming:
     end_s: float
 
 
-def merge_spans(chunks: Iterable[tuple[int, int, int, int]]) -> list[TextSpan]:
-    """Chunks as (first_frame, num_frames, text_start, text_end), in order, joined into one span
-    per run of chunks with the same text."""
-    spans: list[TextSpan] = []
-    for first_frame, frames, text_start, text_end in chunks:
-        last = spans[-1] if spans else None
-        if last and (last.text_start, last.text_end) == (text_start, text_end):
-            spans[-1] = dataclasses.replace(last, frames=last.frames + frames)
+@dataclasses.dataclass
+class _Span:
+    """Frames [first_frame, first_frame + frames) speak characters [text_start, text_end);
+    characters before `timed_char` are timed and end at frame `timed_frame`."""
+
+    first_frame: int
+    frames: int
+    text_start: int
+    text_end: int
+    ended: bool
+    timed_char: int
+    timed_frame: float
+
+    @property
+    def last_frame(self) -> int:
+        return self.first_frame + self.frames
+
+    def frame_of(self, char: int, text: str) -> float:
+        """Where character offset `char` (at or after `timed_char`) falls, in frames."""
+        end = self.last_frame
+        if not self.ended:  # still being spoken: at least as long as its untimed text takes
+            end = max(end, self.timed_frame + expected_frames(text[self.timed_char : self.text_end]))
+        chars = self.text_end - self.timed_char
+        if chars <= 0:
+            return max(self.timed_frame, end) if char > self.timed_char else self.timed_frame
+        return self.timed_frame + (char - self.timed_char) * (end - self.timed_frame) / chars
+
+
+class WordClock:
+    """Word timings released as a stream's chunks arrive: `add` every chunk in order and get the
+    words whose audio (their last character) has arrived with it, in text order; `end` once the
+    stream is over; `heard` for the characters heard after some frames were played."""
+
+    def __init__(self) -> None:
+        self._spans: list[_Span] = []
+        self._frames = 0
+        self._next_char = 0  # words that start before this offset were released
+        #: Every word released so far, in order.
+        self.words: list[WordTiming] = []
+
+    def add(
+        self,
+        text: str,
+        first_frame: int,
+        num_frames: int,
+        text_start: int,
+        text_end: int,
+        ends_span: bool,
+        text_complete: bool = False,
+    ) -> list[WordTiming]:
+        """A chunk of `num_frames` frames speaking characters [text_start, text_end) of `text` (the
+        text received so far); `ends_span`: no later chunk speaks more of that span;
+        `text_complete`: no text follows `text` (else its last word may still go on)."""
+        last = self._spans[-1] if self._spans else None
+        if last is not None and not last.ended and (last.text_start, last.text_end) == (text_start, text_end):
+            last.frames += num_frames
+            last.ended = ends_span
         else:
-            spans.append(TextSpan(first_frame, frames, text_start, text_end))
-    return spans
+            if last is not None:
+                last.ended = True  # a chunk with other text follows it
+            span = _Span(first_frame, num_frames, text_start, text_end, ends_span, text_start, float(first_frame))
+            self._spans.append(span)
+        self._frames = first_frame + num_frames
+        return self._release(text, text_complete)
 
+    def end(self, text: str) -> list[WordTiming]:
+        """The stream is over: every span is complete; the words not yet released."""
+        for span in self._spans:
+            span.ended = True
+        return self._release(text, text_complete=True)
 
-def word_timings(text: str, spans: Iterable[TextSpan]) -> list[WordTiming]:
-    """Every word of every span, timed by spreading the span's characters over its frames."""
-    timings = []
-    for span in spans:
-        length = max(1, span.text_end - span.text_start)
-        seconds_per_char = span.frames * FRAME_SECONDS / length
-        span_start_s = span.first_frame * FRAME_SECONDS
-        for match in _WORD.finditer(text, span.text_start, span.text_end):
-            timings.append(
-                WordTiming(
-                    word=match.group(),
-                    text_start=match.start(),
-                    text_end=match.end(),
-                    start_s=span_start_s + (match.start() - span.text_start) * seconds_per_char,
-                    end_s=span_start_s + (match.end() - span.text_start) * seconds_per_char,
-                )
-            )
-    return timings
+    def heard(self, played_frames: int) -> int:
+        """Characters of the text heard after `played_frames` frames: up to the end of the last
+        released word that ends within them."""
+        played_s = played_frames * FRAME_SECONDS + _EPSILON
+        heard = 0
+        for word in self.words:
+            if word.end_s > played_s:
+                break
+            heard = word.text_end
+        return heard
 
+    def _release(self, text: str, text_complete: bool) -> list[WordTiming]:
+        released = []
+        for match in _WORD.finditer(text, self._next_char):
+            start, end = match.span()
+            if end == len(text) and not text_complete:
+                break  # the word may go on in text not received yet
+            first = self._span_holding(start, at_end=False)
+            last = self._span_holding(end, at_end=True)
+            if first is None or last is None:
+                break  # not spoken yet
+            start_frame = first.frame_of(start, text)
+            end_frame = last.frame_of(end, text)
+            if end_frame > self._frames + _EPSILON:
+                break  # its audio has not all arrived
+            for span in self._spans:
+                if span is last:
+                    span.timed_char, span.timed_frame = end, end_frame
+                    break
+                span.timed_char, span.timed_frame = span.text_end, float(span.last_frame)
+            word = WordTiming(match.group(), start, end, start_frame * FRAME_SECONDS, end_frame * FRAME_SECONDS)
+            released.append(word)
+            self._next_char = end
+        self.words += released
+        return released
 
-def text_offset_played(text: str, spans: Iterable[TextSpan], played_frames: int) -> int:
-    """Characters heard after `played_frames` frames: every span played in full, then the whole
-    words of the span being played that end within the frames played of it."""
-    heard = 0
-    played_s = played_frames * FRAME_SECONDS
-    for span in spans:
-        if span.first_frame + span.frames <= played_frames:
-            heard = span.text_end
-            continue
-        for timing in word_timings(text, [span]):
-            if timing.end_s <= played_s + 1e-9:
-                heard = timing.text_end
-        break
-    return heard
+    def _span_holding(self, char: int, at_end: bool) -> _Span | None:
+        """The span whose text holds the character before (`at_end`) or at offset `char`."""
+        for span in self._spans:
+            if span.text_start < char <= span.text_end if at_end else span.text_start <= char < span.text_end:
+                return span
+        return None

@@ -170,7 +170,7 @@ class Header(_message.Message):
     def __init__(self, stream_id: _Optional[str] = ..., codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., reference_codes: _Optional[bytes] = ..., reference_frames: _Optional[int] = ..., client_request_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_frames: _Optional[int] = ..., resume_window_ms: _Optional[int] = ...) -> None: ...
 
 class Chunk(_message.Message):
-    __slots__ = ("seq", "first_frame", "num_frames", "codes", "generated_at_us", "sent_at_us", "text_start", "text_end")
+    __slots__ = ("seq", "first_frame", "num_frames", "codes", "generated_at_us", "sent_at_us", "text_start", "text_end", "ends_text_span")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     FIRST_FRAME_FIELD_NUMBER: _ClassVar[int]
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class Chunk(_message.Message):
     SENT_AT_US_FIELD_NUMBER: _ClassVar[int]
     TEXT_START_FIELD_NUMBER: _ClassVar[int]
     TEXT_END_FIELD_NUMBER: _ClassVar[int]
+    ENDS_TEXT_SPAN_FIELD_NUMBER: _ClassVar[int]
     seq: int
     first_frame: int
     num_frames: int
@@ -187,7 +188,8 @@ class Chunk(_message.Message):
     sent_at_us: int
     text_start: int
     text_end: int
-    def __init__(self, seq: _Optional[int] = ..., first_frame: _Optional[int] = ..., num_frames: _Optional[int] = ..., codes: _Optional[bytes] = ..., generated_at_us: _Optional[int] = ..., sent_at_us: _Optional[int] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ...) -> None: ...
+    ends_text_span: bool
+    def __init__(self, seq: _Optional[int] = ..., first_frame: _Optional[int] = ..., num_frames: _Optional[int] = ..., codes: _Optional[bytes] = ..., generated_at_us: _Optional[int] = ..., sent_at_us: _Optional[int] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ..., ends_text_span: bool = ...) -> None: ...
 
 class End(_message.Message):
     __slots__ = ("reason", "frames_generated", "message", "stats", "text_offset_played")
@@ -220,7 +222,7 @@ class GetCodecInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCodecInfoResponse(_message.Message):
-    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens")
+    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens", "text_input_timeout_ms")
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +245,7 @@ class GetCodecInfoResponse(_message.Message):
     TEXT_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     STREAMED_TEXT_GROWS_FIELD_NUMBER: _ClassVar[int]
     START_GATE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_INPUT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     codec: _codec_pb2.CodecSpec
     model: str
     server_version: str
@@ -265,7 +268,40 @@ class GetCodecInfoResponse(_message.Message):
     text_idle_ms: int
     streamed_text_grows: bool
     start_gate_tokens: int
-    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ...) -> None: ...
+    text_input_timeout_ms: int
+    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ..., text_input_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ListDecoderArtifactsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDecoderArtifactsResponse(_message.Message):
+    __slots__ = ("artifacts",)
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[DecoderArtifact]
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[DecoderArtifact, _Mapping]]] = ...) -> None: ...
+
+class DecoderArtifact(_message.Message):
+    __slots__ = ("manifest_json",)
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    manifest_json: str
+    def __init__(self, manifest_json: _Optional[str] = ...) -> None: ...
+
+class DownloadDecoderArtifactRequest(_message.Message):
+    __slots__ = ("sha256", "offset")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    offset: int
+    def __init__(self, sha256: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class DownloadDecoderArtifactResponse(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ()

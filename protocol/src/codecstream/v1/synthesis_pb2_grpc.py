@@ -40,8 +40,10 @@ class SynthesisServiceStub(object):
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
     RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
     from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
-    NOT_FOUND            Resume of a stream this server does not hold for this client.
-    OUT_OF_RANGE         Resume from a seq the server no longer keeps.
+    NOT_FOUND            Resume of a stream this server does not hold for this client; a decoder
+    artifact file this server does not offer.
+    OUT_OF_RANGE         Resume from a seq the server no longer keeps; a download offset past the
+    end of the file.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
@@ -76,6 +78,16 @@ class SynthesisServiceStub(object):
                 request_serializer=codecstream_dot_v1_dot_synthesis__pb2.ListVoicesRequest.SerializeToString,
                 response_deserializer=codecstream_dot_v1_dot_synthesis__pb2.ListVoicesResponse.FromString,
                 _registered_method=True)
+        self.ListDecoderArtifacts = channel.unary_unary(
+                '/codecstream.v1.SynthesisService/ListDecoderArtifacts',
+                request_serializer=codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsRequest.SerializeToString,
+                response_deserializer=codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsResponse.FromString,
+                _registered_method=True)
+        self.DownloadDecoderArtifact = channel.unary_stream(
+                '/codecstream.v1.SynthesisService/DownloadDecoderArtifact',
+                request_serializer=codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactRequest.SerializeToString,
+                response_deserializer=codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class SynthesisServiceServicer(object):
@@ -93,8 +105,10 @@ class SynthesisServiceServicer(object):
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
     RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
     from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
-    NOT_FOUND            Resume of a stream this server does not hold for this client.
-    OUT_OF_RANGE         Resume from a seq the server no longer keeps.
+    NOT_FOUND            Resume of a stream this server does not hold for this client; a decoder
+    artifact file this server does not offer.
+    OUT_OF_RANGE         Resume from a seq the server no longer keeps; a download offset past the
+    end of the file.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
@@ -131,6 +145,24 @@ class SynthesisServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDecoderArtifacts(self, request, context):
+        """Decoder artifacts for this server's codes that it offers for download (exported by its
+        operator with `codecstream export-decoder`), so that a client needs nothing but the server's
+        address to decode; empty when it offers none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadDecoderArtifact(self, request, context):
+        """The bytes of one file a ListDecoderArtifacts manifest lists, from an offset on, in order: a
+        download that broke resumes where it stopped. The client checks the whole file against the
+        manifest's sha256 before it loads it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SynthesisServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +180,16 @@ def add_SynthesisServiceServicer_to_server(servicer, server):
                     servicer.ListVoices,
                     request_deserializer=codecstream_dot_v1_dot_synthesis__pb2.ListVoicesRequest.FromString,
                     response_serializer=codecstream_dot_v1_dot_synthesis__pb2.ListVoicesResponse.SerializeToString,
+            ),
+            'ListDecoderArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDecoderArtifacts,
+                    request_deserializer=codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsRequest.FromString,
+                    response_serializer=codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsResponse.SerializeToString,
+            ),
+            'DownloadDecoderArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadDecoderArtifact,
+                    request_deserializer=codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactRequest.FromString,
+                    response_serializer=codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,8 +214,10 @@ class SynthesisService(object):
     FAILED_PRECONDITION  Start.expected_codec does not match the server's codec.
     RESOURCE_EXHAUSTED   too many concurrent streams, or too many starts from one client; and,
     from gRPC itself, a message over GetCodecInfoResponse.max_request_bytes.
-    NOT_FOUND            Resume of a stream this server does not hold for this client.
-    OUT_OF_RANGE         Resume from a seq the server no longer keeps.
+    NOT_FOUND            Resume of a stream this server does not hold for this client; a decoder
+    artifact file this server does not offer.
+    OUT_OF_RANGE         Resume from a seq the server no longer keeps; a download offset past the
+    end of the file.
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
@@ -258,6 +302,60 @@ class SynthesisService(object):
             '/codecstream.v1.SynthesisService/ListVoices',
             codecstream_dot_v1_dot_synthesis__pb2.ListVoicesRequest.SerializeToString,
             codecstream_dot_v1_dot_synthesis__pb2.ListVoicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDecoderArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/codecstream.v1.SynthesisService/ListDecoderArtifacts',
+            codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsRequest.SerializeToString,
+            codecstream_dot_v1_dot_synthesis__pb2.ListDecoderArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadDecoderArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/codecstream.v1.SynthesisService/DownloadDecoderArtifact',
+            codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactRequest.SerializeToString,
+            codecstream_dot_v1_dot_synthesis__pb2.DownloadDecoderArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

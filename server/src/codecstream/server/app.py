@@ -14,6 +14,7 @@ import socket
 import grpc
 import prometheus_client
 from codecstream.server.auth import BearerTokenInterceptor
+from codecstream.server.decoder_artifacts import DecoderArtifacts
 from codecstream.server.handlers import SERVICE_NAME, synthesis_handler
 from codecstream.server.limits import ServerLimits
 from codecstream.server.metrics import Metrics
@@ -76,6 +77,8 @@ class ServerOptions:
     #: On shutdown, health answers NOT_SERVING this long while new streams are still taken, so
     #: balancers that watch health move new streams away before the port closes.
     drain_delay_s: float = 0.0
+    #: Decoder artifact directories offered for download (decoder_artifacts.py).
+    decoder_artifacts: tuple[pathlib.Path, ...] = ()
 
 
 class CodecStreamServer:
@@ -115,9 +118,13 @@ class CodecStreamServer:
     async def start(self) -> int:
         """Bind, serve, then start the source; return the bound port (useful with port 0).
 
-        Raises BindError for a port that cannot be bound, ValueError for half a TLS configuration,
-        SourceStartError when the source fails to start; whatever ends it, cancellation included,
-        nothing is left running."""
+        Raises BindError for a port that cannot be bound, ValueError for half a TLS configuration
+        or a decoder artifact that is not the source's, SourceStartError when the source fails to
+        start; whatever ends it, cancellation included, nothing is left running."""
+        if self.options.decoder_artifacts:
+            self.service.artifacts = await asyncio.to_thread(
+                DecoderArtifacts.load, self.options.decoder_artifacts, self.service.source.codec
+            )
         await self.bind()
         try:
             await self.supervisor.start()

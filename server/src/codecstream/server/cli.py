@@ -138,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="streamed text (TextInput) as one talker request that grows as the text arrives, or as one "
         "request per sentence or clause (the engine falls back to segments where it cannot grow)",
     )
+    parser.add_argument(
+        "--decoder-artifact",
+        type=pathlib.Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="offer this `codecstream export-decoder` directory to clients for download (repeatable; "
+        "it must be exported from the served checkpoint)",
+    )
     parser.add_argument("--port-file", type=pathlib.Path, help="write the bound port here once serving (for scripts)")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -197,6 +206,7 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         restart_policy=RestartPolicy(max_attempts=args.engine_restarts),
         shutdown_grace_s=args.shutdown_grace,
         drain_delay_s=args.drain_delay,
+        decoder_artifacts=tuple(args.decoder_artifact),
     )
 
 

@@ -57,5 +57,15 @@ def synthesis_handler(servicer) -> grpc.GenericRpcHandler:
                 request_deserializer=_tolerant(pb.ListVoicesRequest),
                 response_serializer=pb.ListVoicesResponse.SerializeToString,
             ),
+            "ListDecoderArtifacts": grpc.unary_unary_rpc_method_handler(
+                servicer.ListDecoderArtifacts,
+                request_deserializer=_tolerant(pb.ListDecoderArtifactsRequest),
+                response_serializer=pb.ListDecoderArtifactsResponse.SerializeToString,
+            ),
+            "DownloadDecoderArtifact": grpc.unary_stream_rpc_method_handler(
+                servicer.DownloadDecoderArtifact,
+                request_deserializer=_tolerant(pb.DownloadDecoderArtifactRequest),
+                response_serializer=pb.DownloadDecoderArtifactResponse.SerializeToString,
+            ),
         },
     )

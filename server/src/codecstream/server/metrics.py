@@ -51,6 +51,12 @@ class Metrics:
             registry=r,
         )
         self.resumes = Counter("codecstream_resumes", "Streams reattached by Resume", registry=r)
+        self.artifact_downloads = Counter(
+            "codecstream_decoder_artifact_downloads", "DownloadDecoderArtifact calls served", registry=r
+        )
+        self.artifact_bytes = Counter(
+            "codecstream_decoder_artifact_bytes", "Decoder artifact bytes sent to clients", registry=r
+        )
         self.stalled_clients = Counter(
             "codecstream_stalled_clients",
             "Calls dropped because their client read nothing for the stall timeout",

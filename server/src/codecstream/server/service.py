@@ -17,6 +17,7 @@ import grpc
 from codecstream.protocol.preview import preview
 from codecstream.server import __version__
 from codecstream.server.auth import principal
+from codecstream.server.decoder_artifacts import ArtifactNotOffered, DecoderArtifacts, OffsetOutOfRange, read_parts
 from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
 from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
@@ -44,6 +45,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self._generator = SegmentingSource(source, limits)
         self.metrics = metrics or Metrics()
         self.sessions: dict[str, StreamSession] = {}
+        #: Decoder artifacts offered for download (the server's --decoder-artifact directories).
+        self.artifacts = DecoderArtifacts()
         self._rate_limiter = RateLimiter(limits.streams_per_client_per_minute)
         #: Why new streams are refused (UNAVAILABLE); None while serving.
         self._unavailable: str | None = STARTING
@@ -98,6 +101,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             text_idle_ms=round(limits.text_idle_s * 1000),
             streamed_text_grows=self._generator.grows_streamed_text,
             start_gate_tokens=limits.start_gate_tokens,
+            text_input_timeout_ms=round(limits.text_input_timeout_s * 1000),
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
@@ -108,6 +112,31 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in offering.voices],
             default_voice=offering.default_voice,
         )
+
+    async def ListDecoderArtifacts(self, request, context) -> pb.ListDecoderArtifactsResponse:
+        if isinstance(request, UnreadableMessage):
+            await self._reject(context, invalid(request.reason))
+        return pb.ListDecoderArtifactsResponse(
+            artifacts=[pb.DecoderArtifact(manifest_json=manifest) for manifest in self.artifacts.manifests_json]
+        )
+
+    async def DownloadDecoderArtifact(self, request, context) -> None:
+        if isinstance(request, UnreadableMessage):
+            await self._reject(context, invalid(request.reason))
+        try:
+            offered = self.artifacts.open(request.sha256, request.offset)
+        except ArtifactNotOffered as error:
+            await self._reject(context, Refusal("NOT_FOUND", str(error)))
+        except OffsetOutOfRange as error:
+            await self._reject(context, Refusal("OUT_OF_RANGE", str(error)))
+        except ValueError as error:
+            await self._reject(context, invalid(str(error)))
+        parts = read_parts(offered, request.offset)
+        self.metrics.artifact_downloads.inc()
+        while (part := await asyncio.to_thread(next, parts, None)) is not None:  # file reads off the loop
+            offset, data = part
+            await context.write(pb.DownloadDecoderArtifactResponse(offset=offset, data=data))
+            self.metrics.artifact_bytes.inc(len(data))
 
     # -- streaming ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
-from codecstream.protocol.text_timing import merge_spans, text_offset_played
+from codecstream.protocol.text_timing import WordClock
 from codecstream.server.errors import GenerationFailed, Refusal, TextInputViolation
 from codecstream.server.metrics import Metrics
 from codecstream.server.request import SynthesisRequest
@@ -80,6 +80,16 @@ class Attachment:
         self.violation: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _ChunkFrames:
+    """Frames taken for one chunk and the text they speak (Chunk.text_start/text_end/ends_text_span)."""
+
+    codes: np.ndarray
+    text_start: int
+    text_end: int
+    ends_text_span: bool
+
+
 class _PendingFrames:
     """Frames generated but not yet in a chunk, with the text span of each run of them."""
 
@@ -91,20 +101,22 @@ class _PendingFrames:
         self._runs.append(frames)
         self.count += len(frames.codes)
 
-    def take(self, wanted: int) -> tuple[np.ndarray, int, int]:
-        """The first `wanted` frames (all of them if fewer wait) and the span of text they speak."""
+    def take(self, wanted: int, ends_text_span: bool = False) -> _ChunkFrames:
+        """The first `wanted` frames (all of them if fewer wait) and the span of text they speak;
+        `ends_text_span`: the generation said the span ends here (a segment or the text is over)."""
         parts, start, end = [], None, 0
         while wanted and self._runs:
             run = self._runs.popleft()
             if len(run.codes) > wanted:
-                self._runs.appendleft(Frames(run.codes[wanted:], run.text_start, run.text_end))
+                self._runs.appendleft(Frames(run.codes[wanted:], run.text_start, run.text_end, run.ends_text_span))
                 run = Frames(run.codes[:wanted], run.text_start, run.text_end)
             parts.append(run.codes)
             start = run.text_start if start is None else min(start, run.text_start)
             end = max(end, run.text_end)
             wanted -= len(run.codes)
             self.count -= len(run.codes)
-        return np.concatenate(parts), start or 0, end
+            ends_text_span = ends_text_span or run.ends_text_span
+        return _ChunkFrames(np.concatenate(parts), start or 0, end, ends_text_span)
 
 
 class StreamSession:
@@ -132,8 +144,9 @@ class StreamSession:
         self._max_frames = generation.max_frames
         self._retained_limit = retained_chunks
         self._metrics = metrics
-        #: (first_frame, num_frames, text_start, text_end) of every chunk, for End.text_offset_played.
-        self._chunk_spans: list[tuple[int, int, int, int]] = []
+        #: The words of the chunks sent, as the client times them: End.text_offset_played.
+        self._words = WordClock()
+        self._text_spoken_to = 0
         self._started = time.monotonic()
         started_at = timestamp_pb2.Timestamp()
         started_at.GetCurrentTime()
@@ -209,7 +222,7 @@ class StreamSession:
         async for event in self._generation:
             if isinstance(event, Finished):
                 if pending.count and self._stop is None:
-                    await self._emit(*pending.take(pending.count))
+                    await self._emit(pending.take(pending.count, ends_text_span=True))
                 return event
             if self._stop is not None:
                 if isinstance(event, Frames):  # generated after the stop was asked for: counted, never sent
@@ -219,7 +232,7 @@ class StreamSession:
                 # Frames of two segments never share a chunk, and the next segment starts on the
                 # schedule's small first chunk: after a pause in the text it is audio to start soon.
                 if pending.count:
-                    await self._emit(*pending.take(pending.count))
+                    await self._emit(pending.take(pending.count, ends_text_span=True))
                 sizes = iter(self._schedule)
                 target = next(sizes)
                 continue
@@ -232,13 +245,13 @@ class StreamSession:
                 self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
             codes = event.codes[: self._max_frames - generated]
             generated += len(codes)
-            pending.add(Frames(codes, event.text_start, event.text_end))
+            pending.add(dataclasses.replace(event, codes=codes))
             while pending.count >= target:
-                await self._emit(*pending.take(target))
+                await self._emit(pending.take(target))
                 target = next(sizes)
             if generated >= self._max_frames:
                 if pending.count:
-                    await self._emit(*pending.take(pending.count))
+                    await self._emit(pending.take(pending.count, ends_text_span=True))
                 return BudgetReached()
         raise GenerationFailed("the generator ended without saying why")
 
@@ -261,8 +274,18 @@ class StreamSession:
             )
         return pb.END_REASON_ERROR, "generation failed: the engine ended the request unasked"
 
-    async def _emit(self, codes: np.ndarray, text_start: int, text_end: int) -> None:
-        self._chunk_spans.append((self._frames_sent, len(codes), text_start, text_end))
+    async def _emit(self, frames: _ChunkFrames) -> None:
+        codes = frames.codes
+        self._words.add(
+            self._request.text_so_far,
+            self._frames_sent,
+            len(codes),
+            frames.text_start,
+            frames.text_end,
+            frames.ends_text_span,
+            text_complete=self._request.streamed_text is None or self._request.streamed_text.ended,
+        )
+        self._text_spoken_to = frames.text_end
         async with self._changed:
             self._chunks.append(
                 pb.Chunk(
@@ -271,8 +294,9 @@ class StreamSession:
                     num_frames=len(codes),
                     codes=pack_codes(codes),
                     generated_at_us=self._elapsed_us(),
-                    text_start=text_start,
-                    text_end=text_end,
+                    text_start=frames.text_start,
+                    text_end=frames.text_end,
+                    ends_text_span=frames.ends_text_span,
                 )
             )
             self._next_seq += 1
@@ -282,13 +306,12 @@ class StreamSession:
 
     async def _finish(self, reason: int, message: str) -> None:
         played = self._stop.played_frames if self._stop else 0
-        spans = merge_spans(self._chunk_spans)
         if reason == pb.END_REASON_CANCELLED:
-            heard = text_offset_played(self._request.text_so_far, spans, played)
+            heard = self._words.heard(played)
             self._metrics.played_frames_at_cancel.inc(played)
             log.info("stream %s cancelled after %d played frames (%d characters heard)", self.stream_id, played, heard)
         else:
-            heard = spans[-1].text_end if spans else 0
+            heard = self._text_spoken_to
         end = pb.End(
             reason=reason,
             frames_generated=self._frames_sent,

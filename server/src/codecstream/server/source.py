@@ -28,11 +28,14 @@ NO_CODES = np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
 @dataclasses.dataclass(frozen=True)
 class Frames:
     """Codes the generator produced, shape (k, 16) int16 with k >= 1, and the characters
-    [text_start, text_end) of the request's text it was conditioned on while producing them."""
+    [text_start, text_end) of the request's text it was conditioned on while producing them.
+    `ends_text_span`: these frames are the last to speak that span (a growing request's frame
+    speaks its own token); otherwise the span goes on until SegmentEnd or Finished."""
 
     codes: np.ndarray
     text_start: int
     text_end: int
+    ends_text_span: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,35 +4,68 @@
 
     from codecstream.client.plugins.livekit import CodecstreamTTS
 
-    session = AgentSession(stt=..., llm=..., tts=CodecstreamTTS(server="tts.example.com:50051",
-                                                                 decoder="artifacts/decoder-onnx", voice="ryan"))
+    session = AgentSession(stt=..., llm=..., tts=CodecstreamTTS(server="tts.example.com:50051", voice="ryan"),
+                           use_tts_aligned_transcript=True)
 
 `stream()` gives a SynthesizeStream fed by push_text / flush / end_input: the text goes to the
-server as it arrives (one codecstream stream_text stream), LiveKit's flush speaks what has
-arrived, and `aclose()` (LiveKit's interruption) cancels the stream on the server at once with the
-frames handed to LiveKit as played. Word timings (each segment's characters spread over its
-frames: the talker's conditioning, not a forced alignment) go out through
-`push_timed_transcript` as each segment's audio completes. `synthesize()` speaks a whole text.
+server as it arrives (one codecstream stream_text stream, which the server grows as one talker
+request), LiveKit's flush speaks what has arrived, and `aclose()` (LiveKit's interruption) cancels
+the stream on the server at once, reporting the frames played so far (estimated from when the
+audio was handed to LiveKit, which plays it in real time). Word timings go out through
+`push_timed_transcript` with the audio that completes them (a stream's characters spread over the
+frames that speak them: the talker's conditioning, not a forced alignment). `synthesize()` speaks
+a whole text. The decoder is the server's own (`decoder="auto"`, downloaded once and cached)
+unless a path is given; `update_options()` changes the voice and the rest for the next stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import pathlib
+import time
 import uuid
 
+import numpy as np
 from codecstream.client.client import AsyncClient
-from codecstream.client.decoders import shared_decoder
-from codecstream.client.errors import CodecStreamError, InvalidRequest
+from codecstream.client.decoder_download import AUTO
+from codecstream.client.errors import (
+    CodecMismatch,
+    CodecStreamError,
+    InvalidRequest,
+    ResourceExhausted,
+    Unauthenticated,
+)
+from codecstream.client.playout import PlayoutClock
+from codecstream.client.resample import StreamResampler
+from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
 from codecstream.client.synthesis import AsyncAudioStream
-from codecstream.client.text_stream import CompletedWords
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
 from codecstream.protocol.pcm import to_pcm16
-from codecstream.protocol.text_timing import WordTiming
-from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError, tts
-from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
+from codecstream.v1 import synthesis_pb2 as pb
+from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, tts
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
+from livekit.agents.utils import is_given
 
+log = logging.getLogger(__name__)
 MIME_TYPE = "audio/pcm"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """What every stream is started with (synthesis.proto Start); `update_options` replaces it."""
+
+    voice: str = ""
+    language: str = ""
+    instructions: str = ""
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def start_options(self) -> dict:
+        return {name: value for name, value in dataclasses.asdict(self).items() if value not in (None, "")}
 
 
 class CodecstreamTTS(tts.TTS):
@@ -42,26 +75,36 @@ class CodecstreamTTS(tts.TTS):
         self,
         *,
         server: str,
-        decoder: FrameDecoder | str | pathlib.Path,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
         voice: str = "",
         language: str = "",
         instructions: str = "",
+        seed: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        sample_rate: int = SAMPLE_RATE_HZ,
         token: str | None = None,
         tls: bool | str | pathlib.Path = False,
         backend: str = "auto",
     ) -> None:
+        StreamResampler(sample_rate)  # a bad rate fails here, not at the first utterance
+        if not (isinstance(decoder, str) and decoder == AUTO):
+            check_decoder_source(decoder, backend)  # a missing or wrong decoder fails here
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
-            sample_rate=SAMPLE_RATE_HZ,
+            sample_rate=sample_rate,
             num_channels=1,
         )
         self._target = server
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
         self._backend = backend
-        self._request = {"voice": voice, "language": language, "instructions": instructions}
+        self._opts = _Options(voice, language, instructions, seed, temperature, top_p, top_k)
         self._client: AsyncClient | None = None
         self._decoder = None
+        self._decoder_loading: asyncio.Task | None = None
+        self._model = "qwen3-tts"
 
     @property
     def provider(self) -> str:
@@ -69,18 +112,68 @@ class CodecstreamTTS(tts.TTS):
 
     @property
     def model(self) -> str:
-        return "qwen3-tts (codec tokens, decoded on the device)"
+        return self._model
+
+    def update_options(
+        self,
+        *,
+        voice: NotGivenOr[str] = NOT_GIVEN,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        instructions: NotGivenOr[str] = NOT_GIVEN,
+        seed: NotGivenOr[int | None] = NOT_GIVEN,
+        temperature: NotGivenOr[float | None] = NOT_GIVEN,
+        top_p: NotGivenOr[float | None] = NOT_GIVEN,
+        top_k: NotGivenOr[int | None] = NOT_GIVEN,
+    ) -> None:
+        """Change what the next streams are started with (streams already running keep theirs)."""
+        given = dict(
+            voice=voice,
+            language=language,
+            instructions=instructions,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+        )
+        self._opts = dataclasses.replace(self._opts, **{k: v for k, v in given.items() if is_given(v)})
+
+    async def list_voices(self) -> list[pb.Voice]:
+        """The server's voices (codecstream.v1 Voice: name, description, languages)."""
+        client = self._connected()
+        try:
+            return await client.voices()
+        except CodecStreamError as error:
+            raise _api_error(error) from None
+
+    def _connected(self) -> AsyncClient:
+        if self._client is None:
+            self._client = AsyncClient(self._target, **self._client_options)
+        return self._client
 
     async def _ready(self) -> tuple[AsyncClient, object]:
         """The client and the loaded decoder, made on first use on the running loop."""
-        if self._client is None:
-            self._client = AsyncClient(self._target, **self._client_options)
+        client = self._connected()
         if self._decoder is None:
-            self._decoder = await asyncio.to_thread(shared_decoder, self._decoder_source, self._backend)
-        return self._client, self._decoder
+            if self._decoder_loading is None:
+                self._decoder_loading = asyncio.ensure_future(self._load_decoder(client))
+            try:
+                self._decoder = await asyncio.shield(self._decoder_loading)
+            except CodecStreamError as error:
+                self._decoder_loading = None  # the next utterance tries again (a server may come up)
+                raise _api_error(error) from None
+        return client, self._decoder
+
+    async def _load_decoder(self, client: AsyncClient):
+        decoder = await client.open_decoder(self._decoder_source, backend=self._backend)
+        self._model = (await client.codec_info()).model or self._model
+        return decoder
 
     def prewarm(self) -> None:
-        self._decoder = shared_decoder(self._decoder_source, self._backend)
+        """Start loading the decoder in the background (LiveKit calls this on the event loop, which
+        must not block, and a failure must not escape: it is reported at the first utterance)."""
+        if self._decoder is None and self._decoder_loading is None:
+            self._decoder_loading = asyncio.ensure_future(self._load_decoder(self._connected()))
+            self._decoder_loading.add_done_callback(_log_failure)
 
     def synthesize(self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> ChunkedStream:
         return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
@@ -89,33 +182,75 @@ class CodecstreamTTS(tts.TTS):
         return SynthesizeStream(tts=self, conn_options=conn_options)
 
     async def aclose(self) -> None:
+        if self._decoder_loading is not None and not self._decoder_loading.done():
+            self._decoder_loading.cancel()
         if self._client is not None:
             await self._client.close()
             self._client = None
 
 
-def _api_error(error: CodecStreamError) -> Exception:
-    # A request the server refuses will be refused again: not retryable; anything else may pass.
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("codecstream: loading the decoder failed: %s", task.exception())
+
+
+def _api_error(error: CodecStreamError) -> APIError:
+    """LiveKit's error for `error`: what will fail the same way again is not retried."""
     if isinstance(error, InvalidRequest):
         return APIStatusError(str(error), status_code=400, retryable=False)
+    if isinstance(error, Unauthenticated):
+        return APIStatusError(str(error), status_code=401, retryable=False)
+    if isinstance(error, CodecMismatch):
+        return APIStatusError(str(error), status_code=412, retryable=False)
+    if isinstance(error, ResourceExhausted):
+        return APIStatusError(str(error), status_code=429, retryable=True)
+    if isinstance(error, DecoderLoadError):
+        return APIError(f"codecstream decoder: {error}", retryable=False)
     return APIConnectionError(str(error))
 
 
-async def _emit(stream: AsyncAudioStream, text_of, output_emitter: tts.AudioEmitter, pushed: list[int]) -> None:
-    """Push the stream's audio and word timings to LiveKit, counting the frames in `pushed[0]`."""
-    words = CompletedWords()
-    async for chunk in stream:
-        _push_words(output_emitter, words.add(chunk, text_of()))
-        output_emitter.push(to_pcm16(chunk.samples).tobytes())
-        pushed[0] += chunk.num_frames
-    _push_words(output_emitter, words.rest(text_of()))
+class _Output:
+    """One stream's audio and words on their way to LiveKit."""
+
+    def __init__(self, stream: AsyncAudioStream, emitter: tts.AudioEmitter, sample_rate: int) -> None:
+        self.stream = stream
+        self.playout = PlayoutClock()
+        self._emitter = emitter
+        self._resampler = StreamResampler(sample_rate)
+
+    async def run(self) -> None:
+        async for chunk in self.stream:
+            self._push_words()
+            self.playout.handed(time.monotonic(), chunk.num_frames)
+            self._emitter.push(to_pcm16(self._resampler(chunk.samples)).tobytes())
+        self._push_words()
+        tail = self._resampler(np.zeros(0, dtype=np.float32), last=True)
+        if len(tail):
+            self._emitter.push(to_pcm16(tail).tobytes())
+
+    def _push_words(self) -> None:
+        words = self.stream.new_word_timings()
+        if words:
+            text = self.stream.text
+            self._emitter.push_timed_transcript(
+                [
+                    # The word and the white space after it, as the text has them.
+                    TimedString(text[w.text_start : w.text_end] + _space_after(text, w.text_end), w.start_s, w.end_s)
+                    for w in words
+                ]
+            )
+
+    async def stop(self) -> None:
+        """Cancel the stream on the server unless it ended, reporting the frames played so far."""
+        if self.stream.end is None:
+            await asyncio.shield(self.stream.cancel(self.playout.played_frames(time.monotonic())))
 
 
-def _push_words(output_emitter: tts.AudioEmitter, timings: list[WordTiming]) -> None:
-    if timings:
-        output_emitter.push_timed_transcript(
-            [TimedString(w.word + " ", start_time=w.start_s, end_time=w.end_s) for w in timings]
-        )
+def _space_after(text: str, offset: int) -> str:
+    end = offset
+    while end < len(text) and text[end].isspace():
+        end += 1
+    return text[offset:end]
 
 
 class ChunkedStream(tts.ChunkedStream):
@@ -126,19 +261,22 @@ class ChunkedStream(tts.ChunkedStream):
         self._codecstream = tts
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        client, decoder = await self._codecstream._ready()
+        engine = self._codecstream
+        client, decoder = await engine._ready()
         output_emitter.initialize(
-            request_id=uuid.uuid4().hex, sample_rate=SAMPLE_RATE_HZ, num_channels=1, mime_type=MIME_TYPE
+            request_id=uuid.uuid4().hex, sample_rate=engine.sample_rate, num_channels=1, mime_type=MIME_TYPE
         )
-        stream = client.synthesize(self.input_text, decoder=decoder, **self._codecstream._request)
-        pushed = [0]
+        stream = client.synthesize(self.input_text, decoder=decoder, **engine._opts.start_options())
+        output = _Output(stream, output_emitter, engine.sample_rate)
         try:
-            await _emit(stream, lambda: self.input_text, output_emitter, pushed)
+            await output.run()
         except CodecStreamError as error:
-            raise _api_error(error) from None
+            api_error = _api_error(error)
+            if output.playout.handed_frames:
+                api_error.retryable = False  # LiveKit would replay the whole text after audio went out
+            raise api_error from None
         finally:
-            if stream.end is None:  # closed early (interruption): stop the server now
-                await asyncio.shield(stream.cancel(pushed[0]))
+            await output.stop()
 
 
 class SynthesizeStream(tts.SynthesizeStream):
@@ -149,14 +287,15 @@ class SynthesizeStream(tts.SynthesizeStream):
         self._codecstream = tts
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        client, decoder = await self._codecstream._ready()
+        engine = self._codecstream
+        client, decoder = await engine._ready()
         request_id = uuid.uuid4().hex
         output_emitter.initialize(
-            request_id=request_id, sample_rate=SAMPLE_RATE_HZ, num_channels=1, mime_type=MIME_TYPE, stream=True
+            request_id=request_id, sample_rate=engine.sample_rate, num_channels=1, mime_type=MIME_TYPE, stream=True
         )
         output_emitter.start_segment(segment_id=request_id)
-        stream = client.stream_text(decoder=decoder, **self._codecstream._request)
-        pushed = [0]
+        stream = client.stream_text(decoder=decoder, **engine._opts.start_options())
+        output = _Output(stream, output_emitter, engine.sample_rate)
 
         async def send_text() -> None:
             async for item in self._input_ch:
@@ -171,11 +310,10 @@ class SynthesizeStream(tts.SynthesizeStream):
         sender = asyncio.create_task(send_text(), name="codecstream-send-text")
         try:
             await stream.open()
-            await _emit(stream, lambda: stream.text, output_emitter, pushed)
+            await output.run()
             output_emitter.end_segment()
         except CodecStreamError as error:
             raise _api_error(error) from None
         finally:
             sender.cancel()
-            if stream.end is None:  # aclose() (an interruption) or a failure: stop the server now
-                await asyncio.shield(stream.cancel(pushed[0]))
+            await output.stop()

@@ -4,33 +4,47 @@
 
     from codecstream.client.plugins.pipecat import CodecstreamTTSService
 
-    tts = CodecstreamTTSService(server="tts.example.com:50051", decoder="artifacts/decoder-onnx", voice="ryan")
+    tts = CodecstreamTTSService(
+        server="tts.example.com:50051",
+        settings=CodecstreamTTSService.Settings(voice="ryan", language=Language.EN),
+    )
     pipeline = Pipeline([transport.input(), stt, user_aggregator, llm, tts, transport.output(), ...])
 
 One codecstream stream per Pipecat audio context (one bot turn). By default the LLM's tokens go
-straight to the server as they arrive (TextAggregationMode.TOKEN) and the server cuts its own
-segments (synthesis.proto, TextInput), so audio starts with the first clause; with
-TextAggregationMode.SENTENCE each of Pipecat's sentences is flushed as it comes. The end of the
-LLM reply ends the stream's input. An interruption cancels the stream on the server at once,
-reporting the frames handed to Pipecat as played. Word timestamps (a segment's characters spread
-over its frames, from the talker's conditioning, not a forced alignment) reach Pipecat as each
-segment's audio completes.
+straight to the server as they arrive (TextAggregationMode.TOKEN): the server grows one talker
+request as the text comes (synthesis.proto, TextInput), so audio starts with the first words;
+with TextAggregationMode.SENTENCE each of Pipecat's sentences is flushed as it comes. The end of
+the LLM reply ends the stream's input. The decoder is the server's own (`decoder="auto"`,
+downloaded once and cached) unless a path is given.
+
+Words go to Pipecat with the audio that completes them, timed where they will be heard (a
+stream's characters spread over the frames that speak them, from the talker's conditioning, not a
+forced alignment; waits for late audio included), so Pipecat's transcript of an interrupted turn
+holds what was heard. An interruption cancels the stream on the server at once, reporting the
+frames played so far (estimated from when the audio was handed to Pipecat: Pipecat plays it in
+real time). Settings changed with TTSUpdateSettingsFrame apply from the next turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import inspect
 import pathlib
+import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
+import numpy as np
 from codecstream.client.client import AsyncClient
-from codecstream.client.decoders import shared_decoder
+from codecstream.client.decoder_download import AUTO
 from codecstream.client.errors import CodecStreamError
-from codecstream.client.text_stream import AsyncTextStream, CompletedWords
-from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
+from codecstream.client.playout import PlayoutClock
+from codecstream.client.resample import StreamResampler
+from codecstream.client.text_stream import AsyncTextStream
+from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
-from codecstream.protocol.text_timing import WordTiming
 from loguru import logger
 from pipecat.frames.frames import (
     CancelFrame,
@@ -41,46 +55,117 @@ from pipecat.frames.frames import (
     TTSAudioRawFrame,
     TTSStoppedFrame,
 )
-from pipecat.services.settings import TTSSettings
+from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
+from pipecat.transcriptions.language import Language, resolve_language
+
+#: Pipecat's languages as Qwen3-TTS names them (regional variants resolve to their base language).
+LANGUAGES = {
+    Language.ZH: "Chinese",
+    Language.EN: "English",
+    Language.JA: "Japanese",
+    Language.KO: "Korean",
+    Language.DE: "German",
+    Language.FR: "French",
+    Language.RU: "Russian",
+    Language.PT: "Portuguese",
+    Language.ES: "Spanish",
+    Language.IT: "Italian",
+}
+#: How much longer than the server lets a stream wait for text a turn may go quiet before Pipecat
+#: gives up on it. Every turn is ended by its stream (TTSStoppedFrame); Pipecat's own 3 s default
+#: would end a turn whose LLM pauses or whose server runs slower than real time, and drop the rest.
+QUIET_MARGIN_S = 10.0
+
+
+@dataclasses.dataclass
+class CodecstreamTTSSettings(TTSSettings):
+    """Runtime-updatable settings (TTSUpdateSettingsFrame): Pipecat's voice and language, and
+    codecstream's style instructions and sampling (synthesis.proto Start)."""
+
+    instructions: str | NotGiven | None = dataclasses.field(default_factory=lambda: NOT_GIVEN)
+    seed: int | NotGiven | None = dataclasses.field(default_factory=lambda: NOT_GIVEN)
+    temperature: float | NotGiven | None = dataclasses.field(default_factory=lambda: NOT_GIVEN)
+    top_p: float | NotGiven | None = dataclasses.field(default_factory=lambda: NOT_GIVEN)
+    top_k: int | NotGiven | None = dataclasses.field(default_factory=lambda: NOT_GIVEN)
+
+
+def _service_parameters() -> set[str]:
+    """Keyword arguments TTSService and its bases take (Pipecat's BaseObject swallows any other)."""
+    names: set[str] = set()
+    for cls in TTSService.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            names |= {
+                p.name for p in inspect.signature(init).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+            }
+    return names
+
+
+@dataclasses.dataclass
+class _Turn:
+    """One bot turn's stream, and what its audio has done so far."""
+
+    stream: AsyncTextStream
+    resampler: StreamResampler
+    playout: PlayoutClock = dataclasses.field(default_factory=PlayoutClock)
+    reader: asyncio.Task | None = None
 
 
 class CodecstreamTTSService(TTSService):
     """Pipecat TTS service backed by a codecstream server, decoding on this machine."""
 
+    Settings = CodecstreamTTSSettings
+    _settings: CodecstreamTTSSettings
+
     def __init__(
         self,
         *,
         server: str,
-        decoder: FrameDecoder | str | pathlib.Path,
-        voice: str = "",
-        language: str = "",
-        instructions: str = "",
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
+        voice_id: str | None = None,
+        language: Language | str | None = None,
+        sample_rate: int | None = None,
+        settings: CodecstreamTTSSettings | None = None,
         token: str | None = None,
         tls: bool | str | pathlib.Path = False,
         backend: str = "auto",
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
         **kwargs,
     ) -> None:
+        unknown = sorted(set(kwargs) - _service_parameters())
+        if unknown:
+            hint = " (codecstream speaks with the model its server loaded)" if "model" in unknown else ""
+            raise TypeError(f"CodecstreamTTSService got unexpected keyword arguments {unknown}{hint}")
+        defaults = CodecstreamTTSSettings(
+            model=None,
+            voice=voice_id,
+            language=language,
+            instructions=None,
+            seed=None,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
+        if settings is not None:
+            defaults.apply_update(settings)
         super().__init__(
             text_aggregation_mode=text_aggregation_mode,
-            push_text_frames=False,  # words come from the stream's word timestamps
+            push_text_frames=False,  # words come from the stream's word timings
             push_start_frame=True,
-            settings=TTSSettings(model=None, voice=voice or None, language=language or None),
+            settings=defaults,
             pause_frame_processing=False,
-            sample_rate=SAMPLE_RATE_HZ,
+            sample_rate=sample_rate,
             **kwargs,
         )
+        StreamResampler(sample_rate)  # a bad rate fails here, not at the first turn
         self._target = server
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
         self._backend = backend
-        self._request = {"voice": voice, "language": language, "instructions": instructions}
         self._client: AsyncClient | None = None
         self._decoder = None
-        self._streams: dict[str, AsyncTextStream] = {}
-        self._readers: dict[str, asyncio.Task] = {}
-        self._frames_out: dict[str, int] = {}
+        self._turns: dict[str, _Turn] = {}
         #: Turns whose stream could not be opened: their later text has nowhere to go.
         self._refused: set[str] = set()
         #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
@@ -89,12 +174,21 @@ class CodecstreamTTSService(TTSService):
     def can_generate_metrics(self) -> bool:
         return True
 
+    @property
+    def supports_processing_metrics(self) -> bool:
+        return False  # audio comes from a reader task, not from run_tts
+
+    def language_to_service_language(self, language: Language) -> str | None:
+        return resolve_language(language, LANGUAGES, use_base_code=True)
+
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         self._client = AsyncClient(self._target, **self._client_options)
-        # Loads the decoder once (weights, runtime sessions); every turn decodes with its own state.
         try:
-            self._decoder = await asyncio.to_thread(shared_decoder, self._decoder_source, self._backend)
+            info = await self._client.codec_info()
+            self._stop_frame_timeout_s = info.text_input_timeout_ms / 1000 + QUIET_MARGIN_S
+            # Loads the decoder once (weights, runtime sessions); every turn decodes with its own state.
+            self._decoder = await self._client.open_decoder(self._decoder_source, backend=self._backend)
         except CodecStreamError as error:
             self._decoder_error = error
             await self.push_error(error_msg=f"codecstream: {error}", exception=error)
@@ -108,11 +202,34 @@ class CodecstreamTTSService(TTSService):
         await self._close()
 
     async def _close(self) -> None:
-        for context_id in list(self._streams):
-            await self._cancel_stream(context_id)
+        for context_id in list(self._turns):
+            await self._cancel_turn(context_id)
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+    async def list_voices(self) -> list:
+        """The server's voices (codecstream.v1 Voice: name, description, languages)."""
+        client = self._client or AsyncClient(self._target, **self._client_options)
+        try:
+            return await client.voices()
+        finally:
+            if client is not self._client:
+                await client.close()
+
+    def _request(self) -> dict[str, Any]:
+        """Start options from the settings as they are now (TTSUpdateSettingsFrame applies per turn)."""
+        settings = self._settings
+        options = {
+            "voice": settings.voice,
+            "language": settings.language,
+            "instructions": settings.instructions,
+            "seed": settings.seed,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "top_k": settings.top_k,
+        }
+        return {name: value for name, value in options.items() if value is not None and value is not NOT_GIVEN}
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the turn's stream (opened on its first text); audio arrives through the
@@ -120,92 +237,95 @@ class CodecstreamTTSService(TTSService):
         if context_id in self._refused:
             yield None  # the turn already said why it cannot be spoken, once
             return
-        stream = self._streams.get(context_id)
+        turn = self._turns.get(context_id)
         try:
-            if stream is None:
+            if turn is None:
                 if self._decoder_error is not None:
                     raise self._decoder_error
-                stream = await self._open_stream(context_id)
-            stream.push_text(text)
+                turn = await self._open_turn(context_id)
+            turn.stream.push_text(text)
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
-                stream.flush()  # Pipecat cut the sentence already
+                turn.stream.flush()  # Pipecat cut the sentence already
             await self.start_tts_usage_metrics(text)
         except CodecStreamError as error:
             self._refused.add(context_id)
             yield ErrorFrame(error=f"codecstream: {error}")
-            yield TTSStoppedFrame(context_id=context_id)
+            await self._end_context(context_id)
             return
         yield None
 
-    async def _open_stream(self, context_id: str) -> AsyncTextStream:
+    async def _open_turn(self, context_id: str) -> _Turn:
         await self.start_ttfb_metrics()
-        stream = self._client.stream_text(decoder=self._decoder, **self._request)
+        stream = self._client.stream_text(decoder=self._decoder, **self._request())
         await stream.open()
-        self._streams[context_id] = stream
-        self._frames_out[context_id] = 0
-        self._readers[context_id] = self.create_task(self._read(context_id, stream), f"codecstream-{context_id}")
-        return stream
+        turn = _Turn(stream, StreamResampler(self.sample_rate))
+        self._turns[context_id] = turn
+        turn.reader = self.create_task(self._read(context_id, turn), f"codecstream-{context_id}")
+        return turn
 
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The LLM's reply is complete: the stream ends once the rest is spoken."""
         context_id = context_id or self.get_active_audio_context_id() or ""
         self._refused.discard(context_id)
-        stream = self._streams.get(context_id)
-        if stream is not None:
-            stream.end_input()
+        turn = self._turns.get(context_id)
+        if turn is not None:
+            turn.stream.end_input()
 
-    async def _read(self, context_id: str, stream: AsyncTextStream) -> None:
-        words = CompletedWords()
+    async def _read(self, context_id: str, turn: _Turn) -> None:
+        stream = turn.stream
         try:
             async for chunk in stream:
-                if self._frames_out[context_id] == 0:
+                if turn.playout.handed_frames == 0:
                     await self.stop_ttfb_metrics()
-                self._frames_out[context_id] += chunk.num_frames
-                await self._send_words(context_id, words.add(chunk, stream.text))
-                await self.append_to_audio_context(
-                    context_id,
-                    TTSAudioRawFrame(
-                        audio=to_pcm16(chunk.samples).tobytes(),
-                        sample_rate=SAMPLE_RATE_HZ,
-                        num_channels=1,
-                        context_id=context_id,
-                    ),
-                )
-            await self._send_words(context_id, words.rest(stream.text))
+                turn.playout.handed(time.monotonic(), chunk.num_frames)
+                await self._send_words(context_id, turn)
+                await self._send_audio(context_id, turn.resampler(chunk.samples))
+            await self._send_words(context_id, turn)
+            await self._send_audio(context_id, turn.resampler(np.zeros(0, dtype=np.float32), last=True))
         except CodecStreamError as error:
             await self.push_error(error_msg=f"codecstream: {error}")
         finally:
-            self._streams.pop(context_id, None)
-            self._readers.pop(context_id, None)
-            self._frames_out.pop(context_id, None)
-            if self.audio_context_available(context_id):
-                await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
-                await self.remove_audio_context(context_id)
+            self._turns.pop(context_id, None)
+            await self._end_context(context_id)
 
-    async def _send_words(self, context_id: str, timings: list[WordTiming]) -> None:
-        if timings:
-            await self.add_word_timestamps([(w.word, w.start_s) for w in timings], context_id)
+    async def _end_context(self, context_id: str) -> None:
+        """The turn is over: TTSStoppedFrame after its audio, and Pipecat plays the next turn at once."""
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
+
+    async def _send_words(self, context_id: str, turn: _Turn) -> None:
+        words = turn.stream.new_word_timings()
+        if words:
+            await self.add_word_timestamps([(w.word, turn.playout.playout_s(w.start_s)) for w in words], context_id)
+
+    async def _send_audio(self, context_id: str, samples) -> None:
+        if len(samples):
+            frame = TTSAudioRawFrame(
+                audio=to_pcm16(samples).tobytes(), sample_rate=self.sample_rate, num_channels=1, context_id=context_id
+            )
+            await self.append_to_audio_context(context_id, frame)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
-        """Barge-in: stop the server's stream now, reporting what was handed out as played."""
+        """Barge-in: stop the server's stream now, reporting the frames played so far."""
         await self.stop_all_metrics()
         self._refused.discard(context_id)
-        await self._cancel_stream(context_id)
+        await self._cancel_turn(context_id)
         await super().on_audio_context_interrupted(context_id)
 
-    async def _cancel_stream(self, context_id: str) -> None:
-        stream = self._streams.pop(context_id, None)
-        reader = self._readers.pop(context_id, None)
-        if stream is not None:
-            played = self._frames_out.pop(context_id, 0)
-            if reader is not None:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, CodecStreamError):
-                    await reader
-            with contextlib.suppress(CodecStreamError):
-                end = await stream.cancel(played)
-                if end is not None:
-                    logger.debug(
-                        f"{self}: stream {stream.codes.stream_id} cancelled after {played * FRAME_SECONDS:.2f} s; "
-                        f"heard {end.text_offset_played} of {len(stream.text)} characters"
-                    )
+    async def _cancel_turn(self, context_id: str) -> None:
+        turn = self._turns.pop(context_id, None)
+        if turn is None:
+            return
+        played = turn.playout.played_frames(time.monotonic())
+        if turn.reader is not None:
+            turn.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, CodecStreamError):
+                await turn.reader
+        with contextlib.suppress(CodecStreamError):
+            end = await turn.stream.cancel(played)
+            if end is not None:
+                logger.debug(
+                    f"{self}: stream {turn.stream.codes.stream_id} cancelled after {played * FRAME_SECONDS:.2f} s "
+                    f"played; heard {end.text_offset_played} of {len(turn.stream.text)} characters"
+                )

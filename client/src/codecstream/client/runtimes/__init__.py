@@ -77,7 +77,22 @@ def open_decoder(
     return decoder
 
 
+def check_decoder_source(source: str | pathlib.Path, backend: str = "auto") -> None:
+    """Raise DecoderLoadError now, without loading anything, for a source `open_decoder` would
+    refuse before loading: a missing directory, neither a manifest nor decoder weights, a manifest
+    that does not parse, a backend it does not hold or whose runtime is not installed."""
+    _locate(source, backend, "fp32")
+
+
 def _open(source: str | pathlib.Path, backend: str, threads: int | None, precision: str) -> LoadedDecoder:
+    directory, manifest, fmt = _locate(source, backend, precision)
+    if manifest is None:
+        return EagerTorchDecoder(directory, threads, precision=precision)
+    return _open_artifact(directory, manifest, fmt, threads)
+
+
+def _locate(source: str | pathlib.Path, backend: str, precision: str) -> tuple[pathlib.Path, Manifest | None, str]:
+    """The directory, its manifest (None for a checkpoint) and the format to open it in."""
     if backend not in BACKENDS:
         raise DecoderLoadError(f"unknown decoder backend {backend!r}, expected one of {', '.join(BACKENDS)}")
     directory = pathlib.Path(source)
@@ -89,7 +104,7 @@ def _open(source: str | pathlib.Path, backend: str, threads: int | None, precisi
                 f"{directory} is a checkpoint, which only the torch backend decodes; "
                 f"for {backend}, export it first: codecstream export-decoder {directory} --format {backend} --out DIR"
             )
-        return EagerTorchDecoder(directory, threads, precision=precision)
+        return directory, None, "torch"
     if precision != "fp32":
         raise DecoderLoadError(
             f"precision {precision!r} applies to the torch backend on a checkpoint; an artifact decodes "
@@ -104,8 +119,7 @@ def _open(source: str | pathlib.Path, backend: str, threads: int | None, precisi
         manifest = read_manifest(directory)
     except ManifestError as error:
         raise DecoderLoadError(str(error)) from None
-    chosen = _choose_format(directory, manifest, backend)
-    return _open_artifact(directory, manifest, chosen, threads)
+    return directory, manifest, _choose_format(directory, manifest, backend)
 
 
 def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) -> str:
@@ -189,6 +203,7 @@ __all__ = [
     "DecoderLoadError",
     "LoadedDecoder",
     "Manifest",
+    "check_decoder_source",
     "installed",
     "open_decoder",
 ]

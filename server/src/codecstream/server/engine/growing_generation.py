@@ -169,7 +169,7 @@ class GrowingTalkerGeneration(Generation):
                     start, end = self._char_offsets(token, min(token + 1, len(self._tokens.ids)))
                     if token >= len(self._tokens.ids):
                         start = end = self._char_offsets(0, len(self._tokens.ids))[1]
-                    yield Frames(event.codes[index : index + 1], start, end)
+                    yield Frames(event.codes[index : index + 1], start, end, ends_text_span=True)
                 frames += count
                 if not self._final_fed and frames >= len(self._tokens.ids) - 1 and self._fed == len(self._tokens.ids):
                     # The talker has read every token that arrived and waits: what it made goes out
