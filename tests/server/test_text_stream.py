@@ -133,14 +133,47 @@ def test_a_cancel_reports_how_far_the_listener_heard(replay_server_factory, chec
         stream = client.stream_text(text, decoder=open_decoder(checkpoint))
         stream.end_input()
         chunks = [next(stream) for _ in range(3)]
-        # Both first segments generated (a segment still being generated is issue 21's), then
-        # the listener heard the first in full and half of the second: "Five six" of it.
+        # Both first segments generated, then the listener heard the first in full and half of
+        # the second: "Five six" of it.
         while sum(c.num_frames for c in chunks) < 2 * FRAMES_PER_SEGMENT:
             chunks.append(next(stream))
         played = FRAMES_PER_SEGMENT + FRAMES_PER_SEGMENT // 2
         end = stream.cancel(played_frames=played)
     assert end.reason == pb.END_REASON_CANCELLED and end.stats.played_frames == played
     assert stream.heard_text == "One two three four. Five six"
+
+
+def test_a_sentence_cut_short_while_it_is_generated_counts_only_the_words_its_played_frames_reach(
+    replay_server_factory, checkpoint
+):
+    # Issue 21 item 3: a segment still being generated was spread over the frames made so far, so
+    # 0.48 s of an 8 s sentence reported all 27 of its characters heard.
+    server = replay_server_factory(codes=random_codes(100), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    text = "The next train to the airport leaves at nine from platform four, and it is on time today."
+    with Client(server.target) as client:
+        stream = client.stream_text(text, decoder=open_decoder(checkpoint))
+        stream.end_input()
+        chunks = [next(stream) for _ in range(2)]  # 6 of the sentence's 100 frames
+        end = stream.cancel(played_frames=6)
+    assert sum(c.num_frames for c in chunks) == 6
+    assert end.reason == pb.END_REASON_CANCELLED
+    assert stream.heard_text in ("The", "The next")  # 0.48 s: about 7 characters at a typical pace
+
+
+def test_a_whole_text_cancelled_after_a_quarter_second_counts_a_word_or_two_heard(replay_server_factory, checkpoint):
+    # Issue 21 item 3: 3 frames (0.24 s) of a 132-character text reported 71 characters heard.
+    server = replay_server_factory(codes=random_codes(150), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    text = (
+        "Sure, I can help with that. The next train to the airport leaves at nine from platform four, "
+        "and the one after it at half past nine."
+    )
+    with Client(server.target) as client:
+        stream = client.synthesize(text, decoder=open_decoder(checkpoint))
+        chunks = [next(stream) for _ in range(3)]  # 2 + 4 + 8 frames generated
+        end = stream.cancel(played_frames=3)
+    assert sum(c.num_frames for c in chunks) == 14
+    assert end.reason == pb.END_REASON_CANCELLED
+    assert stream.heard_text in ("", "Sure,")
 
 
 def raw_call(server, *messages: pb.SynthesizeRequest, wait: float = 0.3):

@@ -390,6 +390,16 @@ class Client:
     def voices(self, timeout_s: float = 10.0) -> list[pb.Voice]:
         return self._loop.run(self._async.voices(timeout_s))
 
+    def open_decoder(
+        self,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
+        *,
+        backend: str = "auto",
+        cache_dir: pathlib.Path | None = None,
+    ) -> LoadedDecoder:
+        """Blocking twin of AsyncClient.open_decoder."""
+        return self._loop.run(self._async.open_decoder(decoder, backend=backend, cache_dir=cache_dir))
+
     def stream_codes(self, text: str, *, timeout_s: float | None = None, **options: Unpack[StartOptions]) -> CodeStream:
         """Blocking twin of AsyncClient.stream_codes: iterate for ReceivedChunks."""
         return CodeStream(self._async.stream_codes(text, timeout_s=timeout_s, **options), self._loop)
@@ -398,7 +408,7 @@ class Client:
         self,
         text: str,
         *,
-        decoder: FrameDecoder | str | pathlib.Path,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
         backend: str = "auto",
         timeout_s: float | None = None,
         **options: Unpack[StartOptions],
@@ -411,7 +421,7 @@ class Client:
         self,
         text: str = "",
         *,
-        decoder: FrameDecoder | str | pathlib.Path,
+        decoder: FrameDecoder | str | pathlib.Path = AUTO,
         backend: str = "auto",
         timeout_s: float | None = None,
         **options: Unpack[StartOptions],
