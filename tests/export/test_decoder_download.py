@@ -89,7 +89,7 @@ def test_a_download_that_does_not_match_its_sha256_is_discarded_with_a_clear_err
     path.parent.mkdir(parents=True)
     path.with_name(path.name + ".part").write_bytes(b"\0" * 1000)  # a damaged partial file
     with Client(offering_server.target) as client:
-        with pytest.raises(DecoderLoadError, match="its manifest says sha256:.*download discarded"):
+        with pytest.raises(DecoderLoadError, match=r"its manifest says sha256:.*download discarded"):
             client.synthesize("Hello there.").open()
         assert not path.with_name(path.name + ".part").exists()
         assert len(list(client.synthesize("Hello there."))) > 0  # the next attempt starts over
@@ -98,7 +98,7 @@ def test_a_download_that_does_not_match_its_sha256_is_discarded_with_a_clear_err
 def test_a_server_refuses_to_offer_an_artifact_for_other_codes(artifacts, other_checkpoint):
     source = ReplaySource(CodesFile(random_codes(4)), decoder_digest_value=decoder_digest(other_checkpoint))
     server = CodecStreamServer(source, ServerOptions(port=0, decoder_artifacts=(artifacts[ONNX],)))
-    with pytest.raises(ValueError, match="does not decode this server's codes .*decoder_digest.*export it from"):
+    with pytest.raises(ValueError, match=r"does not decode this server's codes .*decoder_digest.*export it from"):
         asyncio.run(server.start())
 
 
@@ -164,5 +164,6 @@ async def test_both_plugins_decode_with_the_servers_decoder_by_default(offering_
     from tests.plugins.conftest import Until, run_script
     from tests.plugins.test_pipecat import reply
 
-    down = await run_script(CodecstreamTTSService(server=offering_server.target), [*reply("Hi."), Until(TTSStoppedFrame)])
+    tts = CodecstreamTTSService(server=offering_server.target)
+    down = await run_script(tts, [*reply("Hi."), Until(TTSStoppedFrame)])
     assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) == 24 * 1920 * 2
