@@ -159,11 +159,11 @@ async def test_both_plugins_decode_with_the_servers_decoder_by_default(offering_
 
     pytest.importorskip("pipecat")
     from codecstream.client.plugins.pipecat import CodecstreamTTSService
+    from codecstream.testing.pipecat_pipeline import Until, run_script
     from pipecat.frames.frames import TTSAudioRawFrame, TTSStoppedFrame
 
-    from tests.plugins.conftest import Until, run_script
     from tests.plugins.test_pipecat import reply
 
     tts = CodecstreamTTSService(server=offering_server.target)
-    down = await run_script(tts, [*reply("Hi."), Until(TTSStoppedFrame)])
+    down = (await run_script(tts, [*reply("Hi."), Until(TTSStoppedFrame)])).frames
     assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) == 24 * 1920 * 2

@@ -1,4 +1,4 @@
-"""The Pipecat TTS service inside a real Pipecat pipeline (tests/plugins/conftest.run_script), against a real
+"""The Pipecat TTS service inside a real Pipecat pipeline (codecstream.testing.pipecat_pipeline), against a real
 codecstream server on loopback: audio frames flow between TTSStarted and TTSStopped, word
 timestamps arrive in order with the audio they describe, nothing is lost to Pipecat's idle timeout,
 an interruption stops the audio and reports what was played, settings and constructor arguments
@@ -14,6 +14,7 @@ pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[
 
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
 from codecstream.protocol import decoder_digest
+from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
 from pipecat.frames.frames import (
     ErrorFrame,
     InterruptionFrame,
@@ -30,7 +31,7 @@ from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
 
 from tests.conftest import random_codes
-from tests.plugins.conftest import Pause, Until, run_script, sample
+from tests.plugins.conftest import sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 FRAME_BYTES = 1920 * 2  # one 80 ms frame of 16-bit PCM at 24 kHz
@@ -55,7 +56,7 @@ async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word
 ):
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_aggregation_mode=mode)
-    down = await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])
+    down = (await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])).frames
     kinds = [type(f) for f in down]
     assert TTSStartedFrame in kinds and TTSStoppedFrame in kinds
     started, stopped = kinds.index(TTSStartedFrame), len(kinds) - 1 - kinds[::-1].index(TTSStoppedFrame)
@@ -85,7 +86,7 @@ async def test_an_llm_pause_longer_than_pipecats_idle_timeout_loses_no_audio_and
         LLMFullResponseEndFrame(),
         Until(TTSStoppedFrame),
     ]
-    down = await run_script(tts, script)
+    down = (await run_script(tts, script)).frames
     assert audio_bytes(down) == 2 * 10 * FRAME_BYTES
     assert words_of(down) == "Hello there. The train leaves.".split()
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
@@ -102,7 +103,7 @@ async def test_the_words_of_a_sentence_still_being_spoken_arrive_with_its_audio(
         Until(TTSTextFrame, timeout_s=4.0),  # 8 s of audio in all: long before its end
         InterruptionFrame(),
     ]
-    down = await run_script(tts, script)
+    down = (await run_script(tts, script)).frames
     words = words_of(down)
     assert words and words == "The next train to the airport leaves at nine".split()[: len(words)]
     # Each word came with (or before) audio that reaches its end.
@@ -126,7 +127,7 @@ async def test_an_interruption_reports_the_frames_played_not_the_frames_handed_o
         Pause(1.5),  # the server runs 4x faster than real time meanwhile
         InterruptionFrame(),
     ]
-    down = await run_script(tts, script)
+    down = (await run_script(tts, script)).frames
     elapsed_frames = (time.monotonic() - began) / 0.08
     assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
     played = sample(server, "codecstream_played_frames_at_cancel_total")
@@ -140,7 +141,7 @@ async def test_an_interruption_stops_the_audio_and_the_server_records_the_cancel
     server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
     script = [*reply("A long answer that the user will interrupt."), Until(TTSAudioRawFrame), InterruptionFrame()]
-    down = await run_script(tts, script)
+    down = (await run_script(tts, script)).frames
     assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
     played = sample(server, "codecstream_played_frames_at_cancel_total")
     audio_frames = audio_bytes(down) // FRAME_BYTES
@@ -154,10 +155,9 @@ TOKENS = "Sure , I can help with that . The next train to the airport leaves at 
 
 
 async def refused_turn(tts, before: list | None = None) -> tuple[list, list]:
-    up: list = []
     script = [*(before or []), *reply(*(f" {t}" for t in TOKENS)), Until(TTSStoppedFrame)]
-    down = await run_script(tts, script, upstream=up)
-    return down, up
+    result = await run_script(tts, script)
+    return result.frames, result.upstream
 
 
 def errors_in(down: list, up: list) -> list[str]:
@@ -195,7 +195,7 @@ async def test_pipecat_languages_are_sent_as_the_models_language_names(replay_se
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, language=Language.EN_GB)
     assert tts._request()["language"] == "English"
-    down = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])
+    down = (await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])).frames
     assert audio_bytes(down) == 10 * FRAME_BYTES
     assert sample(server, "codecstream_streams_ended_total", reason="eos") == 1
 
@@ -205,7 +205,7 @@ async def test_a_16_khz_pipeline_gets_16_khz_audio_resampled_on_the_client(repla
     # Issue 21 item 9: sample_rate=16000 raised TypeError.
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, sample_rate=16_000)
-    down = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])
+    down = (await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])).frames
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     assert all(f.sample_rate == 16_000 for f in audio)
     assert sum(len(f.audio) for f in audio) == 10 * 1280 * 2  # 10 frames of 80 ms at 16 kHz
