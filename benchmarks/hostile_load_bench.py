@@ -30,16 +30,13 @@ import dataclasses
 import io
 import json
 import pathlib
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 
 import grpc
 import numpy as np
 from bench_record import RESULTS, machine, percentiles
+from bench_servers import ServerProcess
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
@@ -128,6 +125,16 @@ def normal_start(variant: str, index: int, max_frames: int) -> pb.Start:
     )
 
 
+#: The server's samples that say what happened to every call and stop.
+SERVER_METRICS = (
+    "codecstream_calls_",
+    "codecstream_streams_",
+    "codecstream_requests_rejected",
+    "codecstream_frames_after_stop",
+    "codecstream_event_loop_lag_seconds",
+)
+
+
 def deploy_config(folder: pathlib.Path, max_num_seqs: int) -> pathlib.Path:
     """The shipped CPU deploy YAML with room for `max_num_seqs` requests in one batch."""
     import yaml
@@ -138,53 +145,6 @@ def deploy_config(folder: pathlib.Path, max_num_seqs: int) -> pathlib.Path:
     path = folder / "deploy.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-class ServerProcess:
-    def __init__(self, checkpoint: pathlib.Path, folder: pathlib.Path, deploy: pathlib.Path) -> None:
-        port_file = folder / "port"
-        port_file.unlink(missing_ok=True)
-        self.log = open(folder / "server.log", "w")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.metrics_port = probe.getsockname()[1]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--model", str(checkpoint), "--port", "0",
-             "--port-file", str(port_file), "--log-level", "WARNING", "--deploy-config", str(deploy),
-             "--metrics-port", str(self.metrics_port)],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        started = time.monotonic()
-        while not (port_file.exists() and port_file.read_text()):
-            if self.process.poll() is not None or time.monotonic() - started > 600:
-                raise RuntimeError(f"server did not start; see {folder / 'server.log'}")
-            time.sleep(0.2)
-        self.start_s = time.monotonic() - started
-        self.target = f"127.0.0.1:{port_file.read_text()}"
-
-    def metrics(self) -> dict[str, float]:
-        """The server's Prometheus samples that say what happened to every call and stop."""
-        import urllib.request
-
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
-        wanted = (
-            "codecstream_calls_",
-            "codecstream_streams_",
-            "codecstream_requests_rejected",
-            "codecstream_frames_after_stop",
-            "codecstream_event_loop_lag_seconds",
-        )
-        samples = {}
-        for line in text.splitlines():
-            if line.startswith(wanted) and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                samples[name] = float(value)
-        return samples
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(120)
-        self.log.close()
 
 
 async def normal_client(stub, variant: str, index: int, until: float, gaps: list[float], max_frames: int) -> int:
@@ -331,13 +291,14 @@ def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
 
     checkpoint = write_qwen3_tts_checkpoint(folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES)
     print(f"{variant}: starting the engine", flush=True)
-    server = ServerProcess(checkpoint, folder, deploy_config(folder, args.streams + 4))
+    deploy = deploy_config(folder, args.streams + 4)
+    server = ServerProcess(["--model", str(checkpoint), "--deploy-config", str(deploy)], log=folder / "server.log")
     phases = {}
     try:
         for name in PHASES:
-            before = server.metrics()
+            before = server.metrics(SERVER_METRICS)
             phases[name] = result = phase(server.target, variant, args, None if name == "quiet" else name)
-            result["server_loop_lag"] = loop_lag(before, server.metrics())
+            result["server_loop_lag"] = loop_lag(before, server.metrics(SERVER_METRICS))
             print(
                 f"  {name}: {len(result['frame_gaps_s'])} frame gaps, "
                 f"cadence p99 {result['frame_gap_ms']['p99']:.0f} ms, "
@@ -346,9 +307,9 @@ def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
                 flush=True,
             )
         after = phase(server.target, variant, args, None, seconds=3)
-        metrics = server.metrics()
+        metrics = server.metrics(SERVER_METRICS)
     finally:
-        server.stop()
+        server.close()
     quiet_p99 = phases["quiet"]["frame_gap_ms"]["p99"]
     return {
         "engine_start_s": server.start_s,

@@ -29,45 +29,22 @@ import time
 
 import numpy as np
 from bench_record import RESULTS, machine, percentiles
+from bench_servers import ServerProcess
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-class ReplayServerProcess:
-    """`codecstream-server --replay` in its own process, as an operator would run it."""
+class ReplayServerProcess(ServerProcess):
+    """`codecstream-server --replay` of `frames` random frames, in its own process."""
 
     def __init__(self, frames: int, fps: float, max_streams: int) -> None:
-        self._folder = tempfile.TemporaryDirectory()
-        folder = pathlib.Path(self._folder.name)
-        codes = np.random.default_rng(0).integers(0, 2048, (frames, 16), dtype=np.int16)
-        save_codes_file(folder / "codes.npy", codes)
-        port_file = folder / "port"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(folder / "codes.npy"),
-             "--replay-fps", str(fps), "--port", "0", "--port-file", str(port_file),
-             "--max-streams", str(max_streams), "--log-level", "WARNING", "--resume-window", "0"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text()):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("replay server did not start")
-            time.sleep(0.05)
-        self.target = f"127.0.0.1:{port_file.read_text()}"
-
-    @property
-    def address(self) -> str:
-        return self.target
-
-    def cpu_seconds(self) -> float:
-        fields = pathlib.Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def close(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(60)
+        self._codes = tempfile.TemporaryDirectory()
+        codes = pathlib.Path(self._codes.name) / "codes.npy"
+        save_codes_file(codes, np.random.default_rng(0).integers(0, 2048, (frames, 16), dtype=np.int16))
+        args = ["--replay", str(codes), "--replay-fps", str(fps), "--max-streams", str(max_streams)]
+        super().__init__([*args, "--resume-window", "0"], ready_timeout_s=60)
         self._folder.cleanup()
 
 
@@ -157,7 +134,7 @@ class BalancerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "codecstream.server.balancer", "--listen", self.target,
              "--runtime-dir", self._folder.name,
-             *(f"--replica=r{i}={replica.address}" for i, replica in enumerate(replicas))],
+             *(f"--replica=r{i}={replica.target}" for i, replica in enumerate(replicas))],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         for line in self.process.stdout:

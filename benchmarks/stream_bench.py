@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ import time
 import numpy as np
 from artifact_bench import export_artifact
 from bench_record import RESULTS, machine, write_record
+from bench_servers import ServerProcess
 from codecstream.client import Client
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import open_decoder
@@ -44,31 +43,6 @@ def build_checkpoint(talker: str, decoder_size: str) -> pathlib.Path:
         write_qwen3_tts_checkpoint(path, preset=talker, seed=0)
         write_speech_tokenizer_with_encoder(path / "speech_tokenizer", decoder_size, seed=0)
     return path
-
-
-class ServerProcess:
-    def __init__(self, checkpoint: pathlib.Path) -> None:
-        port_file = CACHE / "server.port"
-        port_file.unlink(missing_ok=True)
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--model", str(checkpoint), "--port", "0",
-             "--port-file", str(port_file), "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        while not (port_file.exists() and port_file.read_text()):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode} while starting")
-            if time.monotonic() - started > 600:
-                raise RuntimeError("server did not start within 600 s")
-            time.sleep(0.2)
-        self.target = f"127.0.0.1:{port_file.read_text()}"
-        self.startup_s = time.monotonic() - started
-        print(f"server ready after {self.startup_s:.1f} s on {self.target}", flush=True)
-
-    def close(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(120)
 
 
 class SimulatedSpeaker(threading.Thread):
@@ -206,7 +180,8 @@ def main() -> int:
     decoder_dir = args.decoder or checkpoint / "speech_tokenizer"
     if args.export:
         decoder_dir, args.backend = export_decoder(checkpoint, args.export), args.export
-    server = ServerProcess(checkpoint)
+    server = ServerProcess(["--model", str(checkpoint)])
+    print(f"server ready after {server.start_s:.1f} s on {server.target}", flush=True)
     runs = []
     try:
         for clients in args.clients:
@@ -220,7 +195,7 @@ def main() -> int:
         "benchmark": "stream_bench",
         "talker": args.talker,
         "decoder_size": args.decoder_size,
-        "server_startup_s": server.startup_s,
+        "server_startup_s": server.start_s,
         "machine": {**machine(), "client_decode_threads": 1, "load_average_1m_at_end": os.getloadavg()[0]},
         "runs": runs,
     }

@@ -27,14 +27,13 @@ import itertools
 import pathlib
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import numpy as np
 from bench_record import RESULTS, machine, write_record
+from bench_servers import ServerProcess
 
 FRAME_S = 0.08
 
@@ -52,31 +51,6 @@ MODES = ("grow", "segments")
 def tokens_of(text: str) -> list[str]:
     """LLM-like pieces: words with their leading space, punctuation on its own."""
     return re.findall(r" ?[\w']+| ?[^\w\s]", text)
-
-
-class EngineServer:
-    """codecstream-server on the tiny talker, in its own process."""
-
-    def __init__(self, checkpoint: pathlib.Path, mode: str) -> None:
-        self._folder = tempfile.TemporaryDirectory()
-        port_file = pathlib.Path(self._folder.name) / "port"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--model", str(checkpoint), "--port", "0",
-             "--port-file", str(port_file), "--log-level", "WARNING", "--streamed-text", mode],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        started = time.monotonic()
-        while not (port_file.exists() and port_file.read_text()):
-            if self.process.poll() is not None or time.monotonic() - started > 600:
-                raise RuntimeError("the engine server did not start")
-            time.sleep(0.5)
-        print(f"engine server ready after {time.monotonic() - started:.0f} s", flush=True)
-        self.target = f"127.0.0.1:{port_file.read_text()}"
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(120)
-        self._folder.cleanup()
 
 
 def write_tokens(push, tokens: list[str], rate: float, started: float) -> None:
@@ -147,7 +121,8 @@ def main() -> int:
     decoder = open_decoder(checkpoint / "speech_tokenizer", backend="torch")
     runs = []
     for mode in MODES:
-        server = EngineServer(checkpoint, mode)
+        server = ServerProcess(["--model", str(checkpoint), "--streamed-text", mode])
+        print(f"engine server ready after {server.start_s:.0f} s", flush=True)
         try:
             with Client(server.target) as client:
                 streamed(client, decoder, ["Warm", " up", "."], 1000.0, seed=99, cancel=False)
