@@ -37,6 +37,23 @@ def pcm_of(stream) -> np.ndarray:
     return np.concatenate([chunk.samples for chunk in stream])
 
 
+def test_streamed_pcm_resampled_chunk_by_chunk_equals_the_resampled_full_decode(
+    replay_server_factory, checkpoint, reference_model, decoder
+):
+    soxr = pytest.importorskip("soxr")
+    from codecstream.client.resample import StreamResampler
+
+    codes = random_codes(60, seed=2)
+    server = replay_server_factory(codes=codes, decoder_digest=decoder_digest(checkpoint))
+    resampler = StreamResampler(16_000)
+    with Client(server.target) as client:
+        parts = [resampler(chunk.samples) for chunk in client.synthesize("Hello.", decoder=decoder)]
+    pcm = np.concatenate([*parts, resampler(np.zeros(0, np.float32), last=True)])
+    reference = soxr.resample(decode_utterance(reference_model, codes), 24_000, 16_000, quality="HQ")
+    assert len(pcm) == len(reference) == 60 * 1280
+    assert snr_db(reference, pcm) > 90  # the decoders' own parity: resampling chunk by chunk adds nothing
+
+
 def test_streamed_pcm_has_1920_samples_per_frame_and_equals_the_full_decode(
     replay_server_factory, checkpoint, reference_model, decoder
 ):
