@@ -123,3 +123,14 @@ def test_info_prints_codec_and_voices(replay_server):
     )
     assert result.returncode == 0, result.stderr
     assert "qwen3-tts-tokenizer-12hz v2: 16 x 2048, 24000 Hz" in result.stdout and "vivian" in result.stdout
+
+
+def test_say_without_a_decoder_asks_the_server_and_says_in_one_line_what_to_do_when_it_offers_none(
+    replay_server_factory, tmp_path
+):
+    server = replay_server_factory(codes=random_codes(10))
+    result = say("Hello.", "--server", server.target, "--out", str(tmp_path / "x.wav"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert "offers no decoder artifact for its codes: pass decoder=PATH" in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr

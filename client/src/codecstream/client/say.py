@@ -13,6 +13,7 @@ import time
 from codecstream.client.audio_out import AudioDeviceUnavailable, Speaker, WavWriter
 from codecstream.client.command_error import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
+from codecstream.client.decoder_download import AUTO
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import BACKENDS
 from codecstream.protocol.pcm import FRAME_SECONDS
@@ -112,7 +113,10 @@ def register_say(subparsers) -> None:
     parser.add_argument("--out", type=pathlib.Path, help="write a 16-bit WAV file")
     parser.add_argument("--play", action="store_true", help="play through the default output device")
     parser.add_argument(
-        "--decoder", required=True, help="decoder artifact directory (codecstream export-decoder) or checkpoint"
+        "--decoder",
+        default=AUTO,
+        help="decoder artifact directory (codecstream export-decoder) or checkpoint; "
+        "default: the server's own, downloaded once and cached",
     )
     parser.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help="decoder runtime")
     parser.set_defaults(handler=run_say)
