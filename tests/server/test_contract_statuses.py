@@ -23,13 +23,15 @@ def listed_statuses() -> set[str]:
 
 
 def statuses_in_server_code() -> set[str]:
-    """Status names the server code refuses or aborts with: `Refusal("X"`, `invalid(` (INVALID_ARGUMENT),
-    `grpc.StatusCode.X`."""
+    """Status names the server code refuses, aborts or ends calls with: `Refusal("X"`, `invalid(`
+    (INVALID_ARGUMENT), `grpc.StatusCode.X`, `_set_status(context, "X"`."""
     found: set[str] = set()
-    pattern = re.compile(r'Refusal\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)|\b(invalid)\(')
+    pattern = re.compile(
+        r'Refusal\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)|_set_status\(\s*context,\s*"([A-Z_]+)"|\b(invalid)\('
+    )
     for path in SERVER_SOURCES:
         for match in pattern.finditer(path.read_text()):
-            found.add("INVALID_ARGUMENT" if match.group(3) else match.group(1) or match.group(2))
+            found.add("INVALID_ARGUMENT" if match.group(4) else match.group(1) or match.group(2) or match.group(3))
     return found
 
 

@@ -3,6 +3,7 @@ ends, nothing leaks, and the server's books balance."""
 
 from __future__ import annotations
 
+import logging
 import random
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_a_half_open_connection_is_noticed_by_keepalive_and_its_stream_cancelled
 
 
 def test_a_client_that_never_reads_is_dropped_after_the_stall_timeout_and_its_memory_stays_bounded(
-    replay_server_factory, proxy_factory
+    replay_server_factory, proxy_factory, caplog
 ):
     # 19 MB of codes in 24,000 messages: far more than the socket and HTTP/2 buffers hold, and few
     # enough messages that the stream reaches the full buffers quickly even in a slow process.
@@ -125,6 +126,8 @@ def test_a_client_that_never_reads_is_dropped_after_the_stall_timeout_and_its_me
     assert ended_total(server) == 1 and server.live_requests() == 0
     # Unsent chunks are bounded by the stream's frame budget (32 bytes a frame), never more.
     assert max(retained) <= header.max_frames
+    # Dropping the client is the server's own decision: no error (ExecuteBatchError) is logged.
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_storm_of_cancels_disconnects_and_cut_connections_keeps_the_books_balanced(

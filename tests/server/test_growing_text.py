@@ -53,7 +53,7 @@ class Spoken:
 async def speak(source, pieces: list[tuple[str, float]], stream_id: str, seed: int = SEED) -> Spoken:
     """Stream `pieces` (text, seconds to wait after it) into one generation, the last with
     end_of_input; read it to its end."""
-    text = StreamedText("", ServerLimits().max_text_chars)
+    text = StreamedText("", ServerLimits())
     request = SynthesisRequest(text="", voice="ryan", seed=seed, max_frames=600, streamed_text=text)
     generation = await source.open_streamed(request, stream_id, ServerLimits())
 
@@ -170,7 +170,7 @@ def test_a_cancel_ends_the_request_within_one_step(talker_engine, moment):
     source = talker_engine.source
 
     async def run() -> tuple[Finished, float]:
-        text = StreamedText("", ServerLimits().max_text_chars)
+        text = StreamedText("", ServerLimits())
         request = SynthesisRequest(text="", voice="ryan", seed=SEED, max_frames=600, streamed_text=text)
         generation = await source.open_streamed(request, f"cancel-{moment}", ServerLimits())
         text.push(REPLY[:40] if moment == "while paused" else REPLY, flush=False, end_of_input=moment != "while paused")

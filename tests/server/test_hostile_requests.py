@@ -179,9 +179,11 @@ def test_an_oversized_reference_transcript_is_refused(clone_server):
 @pytest.mark.parametrize(
     ("sampling", "message"),
     [
-        (pb.SamplingParams(temperature=float("inf")), r"sampling.temperature must be in (0, 2], got inf"),
-        (pb.SamplingParams(temperature=float("nan")), r"sampling.temperature must be in (0, 2], got nan"),
-        (pb.SamplingParams(temperature=3.0), r"sampling.temperature must be in (0, 2], got 3"),
+        (pb.SamplingParams(temperature=float("inf")), r"sampling.temperature must be in [0.01, 2], got inf"),
+        (pb.SamplingParams(temperature=float("nan")), r"sampling.temperature must be in [0.01, 2], got nan"),
+        (pb.SamplingParams(temperature=3.0), r"sampling.temperature must be in [0.01, 2], got 3"),
+        # vLLM would silently raise it to 0.01.
+        (pb.SamplingParams(temperature=1e-30), r"sampling.temperature must be in [0.01, 2], got 1e-30"),
         (pb.SamplingParams(top_p=float("nan")), r"sampling.top_p must be in (0, 1], got nan"),
         (
             pb.SamplingParams(repetition_penalty=float("inf")),
@@ -209,6 +211,9 @@ def test_codec_info_states_every_limit_the_server_enforces(replay_server, clone_
     assert clone_info.max_request_bytes == limits.max_request_bytes(reference_audio=True)
     assert clone_info.max_request_bytes > clone_info.max_reference_audio_bytes
     assert info.first_message_timeout_ms == 10_000 and info.stalled_client_timeout_ms == 30_000
+    assert (info.text_input_timeout_ms, info.max_text_input_ms) == (60_000, 600_000)
+    assert info.max_streams_per_client == 256
+    assert (info.control_messages_per_s, info.control_message_burst) == (200, 400)
 
 
 def test_an_empty_voice_gets_the_model_default_voice_which_list_voices_names(replay_server):

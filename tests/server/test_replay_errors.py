@@ -25,7 +25,7 @@ from tests.conftest import random_codes
         ("Hi.", {"task_type": "Base", "reference_audio": b"x"}, "task type BASE is not served by this model"),
         ("Hi.", {"task_type": "VoiceDesign"}, "VOICE_DESIGN needs instructions"),
         ("Hi.", {"reference_audio": b"x"}, "reference_audio is only used by task type BASE"),
-        ("Hi.", {"temperature": 0.0}, r"sampling.temperature must be in \(0, 2\], got 0"),
+        ("Hi.", {"temperature": 0.0}, r"sampling.temperature must be in \[0.01, 2\], got 0"),
         ("Hi.", {"top_p": 1.5}, r"sampling.top_p must be in \(0, 1\], got 1.5"),
         ("Hi.", {"client_request_id": "x" * 129}, "client_request_id is longer than 128 bytes"),
     ],

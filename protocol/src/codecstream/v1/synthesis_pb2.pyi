@@ -222,7 +222,7 @@ class GetCodecInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCodecInfoResponse(_message.Message):
-    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens", "text_input_timeout_ms")
+    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens", "text_input_timeout_ms", "max_text_input_ms", "max_streams_per_client", "control_messages_per_s", "control_message_burst")
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,10 @@ class GetCodecInfoResponse(_message.Message):
     STREAMED_TEXT_GROWS_FIELD_NUMBER: _ClassVar[int]
     START_GATE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEXT_INPUT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEXT_INPUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMS_PER_CLIENT_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MESSAGES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MESSAGE_BURST_FIELD_NUMBER: _ClassVar[int]
     codec: _codec_pb2.CodecSpec
     model: str
     server_version: str
@@ -269,7 +273,11 @@ class GetCodecInfoResponse(_message.Message):
     streamed_text_grows: bool
     start_gate_tokens: int
     text_input_timeout_ms: int
-    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ..., text_input_timeout_ms: _Optional[int] = ...) -> None: ...
+    max_text_input_ms: int
+    max_streams_per_client: int
+    control_messages_per_s: float
+    control_message_burst: int
+    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ..., text_input_timeout_ms: _Optional[int] = ..., max_text_input_ms: _Optional[int] = ..., max_streams_per_client: _Optional[int] = ..., control_messages_per_s: _Optional[float] = ..., control_message_burst: _Optional[int] = ...) -> None: ...
 
 class ListDecoderArtifactsRequest(_message.Message):
     __slots__ = ()

@@ -54,7 +54,9 @@ class SynthesisServiceStub(object):
     CANCELLED            the call itself was cancelled.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
-    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a
+    message over GetCodecInfoResponse.max_request_bytes ends the call with RESOURCE_EXHAUSTED from
+    gRPC itself, without an End.
     """
 
     def __init__(self, channel):
@@ -119,7 +121,9 @@ class SynthesisServiceServicer(object):
     CANCELLED            the call itself was cancelled.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
-    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a
+    message over GetCodecInfoResponse.max_request_bytes ends the call with RESOURCE_EXHAUSTED from
+    gRPC itself, without an End.
     """
 
     def Synthesize(self, request_iterator, context):
@@ -228,7 +232,9 @@ class SynthesisService(object):
     CANCELLED            the call itself was cancelled.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
-    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT.
+    (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a
+    message over GetCodecInfoResponse.max_request_bytes ends the call with RESOURCE_EXHAUSTED from
+    gRPC itself, without an End.
     """
 
     @staticmethod

@@ -90,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PER_MINUTE",
         help="streams per client per minute (0: off)",
     )
+    parser.add_argument(
+        "--max-streams-per-client",
+        type=int,
+        default=limits.max_streams_per_client,
+        metavar="N",
+        help="streams one client (token, or address) may hold at once (0: no limit; behind a proxy that "
+        "hides client addresses, give clients tokens or raise it)",
+    )
     parser.add_argument("--resume-window", type=float, default=limits.resume_window_s, metavar="SECONDS")
     parser.add_argument(
         "--stalled-client-timeout",
@@ -189,6 +197,7 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         max_reference_audio_s=args.max_reference_seconds,
         max_frames=args.max_frames,
         max_concurrent_streams=args.max_streams,
+        max_streams_per_client=args.max_streams_per_client,
         streams_per_client_per_minute=args.rate_limit,
         resume_window_s=args.resume_window,
         stalled_client_timeout_s=args.stalled_client_timeout,

@@ -39,6 +39,10 @@ class ServerLimits:
     max_frames: int = 2_048
     #: Streams one process serves at once.
     max_concurrent_streams: int = 1_024
+    #: Streams one client (token, or peer address) may hold at once; 0: unlimited. A quarter of
+    #: the server by default, so no one client can take every slot (behind a proxy that hides
+    #: the client's address, give clients tokens or raise it).
+    max_streams_per_client: int = 256
     #: Streams one client (token, or peer address) may start per minute; 0: unlimited.
     streams_per_client_per_minute: int = 0
     #: How long a resumable stream waits for its client to reattach, in seconds; 0: no resume.
@@ -63,14 +67,23 @@ class ServerLimits:
     #: A streamed text that brings nothing for this long with nothing left to speak, and no
     #: end_of_input, ends with End(ERROR): a client that forgot end_of_input holds no stream forever.
     text_input_timeout_s: float = 60.0
-    #: A segment's engine request may generate at most this many frames, plus as many per
-    #: character: a guard against a talker that never says EOS for one segment (speech runs at
-    #: about 1 frame a character), so one segment cannot use up the stream's budget.
+    #: A streamed text must end (end_of_input) within this long of its Start, in seconds, however
+    #: its text trickles in; with the text_input_timeout_s rule, only speakable text renews it.
+    max_text_input_s: float = 600.0
     #: One growing request per stream (engine sources that grow requests, engine/text_feed.py): its
     #: first step waits for this many committed text tokens, or a clause or sentence mark, a
     #: flush or the end of the input, whichever comes first. The talker reads one token per
     #: 80 ms frame; a few tokens ahead keep it from pausing at once when the LLM is slower.
     start_gate_tokens: int = 4
+    #: Messages a call may send after its first (TextInput, Ack, Cancel), per second and in a
+    #: burst: beyond them the server reads the call's messages no faster (the transport's flow
+    #: control pushes back), so a flood of empty flushes cannot take the loop from other streams.
+    #: An LLM writes tens of tokens a second; a client acks at most a chunk (80 ms) at a time.
+    control_messages_per_s: float = 200.0
+    control_message_burst: int = 400
+    #: A segment's engine request may generate at most this many frames, plus as many per
+    #: character: a guard against a talker that never says EOS for one segment (speech runs at
+    #: about 1 frame a character), so one segment cannot use up the stream's budget.
     segment_base_frames: int = 25
     segment_frames_per_char: float = 4.0
 
@@ -121,3 +134,24 @@ class RateLimiter:
             return (1.0 - tokens) * self.REFILL_S / self.per_minute
         self._buckets[client] = (tokens - 1.0, now)
         return 0.0
+
+
+class MessagePacer:
+    """Token bucket for one call's messages: free while the burst lasts, then `per_s` on average.
+    `per_s` 0: unpaced."""
+
+    def __init__(self, per_s: float, burst: int, clock=time.monotonic) -> None:
+        self._per_s = per_s
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._stamp = clock()
+
+    def take(self) -> float:
+        """Count one message; return the seconds to wait before reading the next."""
+        if self._per_s <= 0:
+            return 0.0
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._per_s) - 1.0
+        self._stamp = now
+        return max(0.0, -self._tokens / self._per_s)

@@ -69,6 +69,13 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "codecstream_gc_pause_seconds",
+            "Python garbage collections of the server process, by generation (each blocks the event loop)",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
         self.engine_up = Gauge("codecstream_engine_up", "1 while the code source can serve, else 0", registry=r)
         self.engine_restarts = Counter(
             "codecstream_engine_restarts", "Times the code source was restarted after a failure", registry=r

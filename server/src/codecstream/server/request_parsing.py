@@ -34,7 +34,9 @@ TASK_TYPE_ENUMS = {
     TaskType.VOICE_DESIGN: pb.TASK_TYPE_VOICE_DESIGN,
     TaskType.BASE: pb.TASK_TYPE_BASE,
 }
-#: vLLM's own range for the talker's temperature (it refuses anything above 2).
+#: vLLM's own range for the talker's temperature: it refuses anything above 2 and silently raises
+#: anything between 0 and 0.01 to 0.01, so those are refused here rather than changed.
+MIN_TEMPERATURE = 0.01
 MAX_TEMPERATURE = 2.0
 
 
@@ -86,7 +88,7 @@ def parse_start(
         schedule = ChunkSchedule.from_policy(start.chunking, limits.default_chunking)
     except ChunkingError as error:
         raise invalid(f"chunking: {error}") from None
-    streamed_text = StreamedText(text, limits.max_text_chars) if start.streaming_text else None
+    streamed_text = StreamedText(text, limits) if start.streaming_text else None
     request = SynthesisRequest(
         text="" if streamed_text else text,
         task_type=task,
@@ -169,8 +171,12 @@ def _check_voice(voice: str, task: TaskType, offering: ModelOffering) -> str:
 
 def _parse_sampling(sampling: pb.SamplingParams) -> SamplingOverrides:
     temperature = sampling.temperature if sampling.HasField("temperature") else None
-    if temperature is not None and not (math.isfinite(temperature) and 0 < temperature <= MAX_TEMPERATURE):
-        raise invalid(f"sampling.temperature must be in (0, {MAX_TEMPERATURE:g}], got {temperature:g}")
+    if temperature is not None and not (
+        math.isfinite(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE
+    ):
+        raise invalid(
+            f"sampling.temperature must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {temperature:g}"
+        )
     top_p = sampling.top_p if sampling.HasField("top_p") else None
     if top_p is not None and not 0 < top_p <= 1:
         raise invalid(f"sampling.top_p must be in (0, 1], got {top_p:g}")

@@ -31,6 +31,20 @@ _SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)|[。！？]+[”’�
 #: A clause ends at , ; : before a space, or at a CJK comma, semicolon, colon or enumeration mark.
 _CLAUSE_END = re.compile(r"[,;:]+(?=\s)|[，；：、]+")
 _SPACE = re.compile(r"\s")
+#: A segment's source request id: the stream id, a dot and the segment's index (an engine may add
+#: a suffix of its own after a dash).
+_SEGMENT_REQUEST_ID = re.compile(r"(?P<stream>[^.]+)\.(?P<index>\d+)(?:-.*)?")
+
+
+def segment_request_id(stream_id: str, index: int) -> str:
+    return f"{stream_id}.{index}"
+
+
+def continues_a_stream(request_id: str) -> bool:
+    """Whether a source request is a segment after its stream's first: the stream is already
+    speaking, so an engine must not queue it behind streams that arrived after it."""
+    match = _SEGMENT_REQUEST_ID.fullmatch(request_id)
+    return match is not None and int(match["index"]) > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,16 +188,15 @@ class SegmentedGeneration(Generation):
                 return self._ready.pop(0)
             if text.ended:
                 return None
-            now = time.monotonic()
+            timeout, why = text.input_time_left()
+            if timeout <= 0:
+                raise GenerationFailed(why)
             if self._segmenter.pending(text.text):
-                timeout = text.last_text_at + limits.text_idle_s - now
-                if timeout <= 0:  # idle: speak the partial clause
+                idle_s = text.last_text_at + limits.text_idle_s - time.monotonic()
+                if idle_s <= 0:  # idle: speak the partial clause
                     self._ready += self._segmenter.cut(text.text, len(text.text))
                     continue
-            else:
-                timeout = text.last_text_at + limits.text_input_timeout_s - now
-                if timeout <= 0:
-                    raise GenerationFailed(f"no text for {limits.text_input_timeout_s:g} s and no end_of_input")
+                timeout = min(timeout, idle_s)
             await text.changed(timeout)
         return None
 
@@ -201,7 +214,7 @@ class SegmentedGeneration(Generation):
                 streamed_text=None,
             )
             try:
-                inner = await self._source.open(request, f"{self._stream_id}.{index}")
+                inner = await self._source.open(request, segment_request_id(self._stream_id, index))
             except Refusal as refusal:
                 raise GenerationFailed(
                     f"segment {index} (characters {segment.start}-{segment.end}) refused: {refusal.message}"

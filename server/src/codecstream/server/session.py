@@ -363,6 +363,12 @@ class StreamSession:
             raise TextInputViolation("text input on a stream whose Start did not set streaming_text")
         streamed.push(text, flush, end_of_input)
 
+    def end_text_input(self) -> None:
+        """The client half-closed: a streamed text that has not ended cannot grow any more."""
+        streamed = self._request.streamed_text
+        if streamed is not None and not streamed.ended:
+            streamed.push("", flush=False, end_of_input=True)
+
     # -- connections -------------------------------------------------------------------------
 
     def check_resume(self, last_acked_seq: int | None) -> int:

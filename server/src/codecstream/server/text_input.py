@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import unicodedata
 
 from codecstream.server.errors import TextInputViolation
+from codecstream.server.limits import ServerLimits
 
 
 def text_length_problem(chars: int, max_chars: int) -> str | None:
@@ -21,19 +23,32 @@ def text_length_problem(chars: int, max_chars: int) -> str | None:
     return None
 
 
-class StreamedText:
-    """Text received so far, where it was flushed, and whether the input ended."""
+def speakable(text: str) -> bool:
+    """Whether `text` holds anything to say: a character that is neither white space nor an
+    invisible format character (zero-width space, joiners, direction marks)."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
 
-    def __init__(self, first_piece: str, max_chars: int, clock=time.monotonic) -> None:
-        self._max_chars = max_chars
+
+class StreamedText:
+    """Text received so far, where it was flushed, and whether the input ended.
+
+    The input expires (the stream ends with End(ERROR)) after the limits' text_input_timeout_s
+    without speakable text, or max_text_input_s after it opened without end_of_input: white space,
+    flushes and invisible characters renew nothing, so a client cannot hold a stream for free."""
+
+    def __init__(self, first_piece: str, limits: ServerLimits, clock=time.monotonic) -> None:
+        self._max_chars = limits.max_text_chars
+        self._input_timeout_s = limits.text_input_timeout_s
+        self._max_input_s = limits.max_text_input_s
         self._clock = clock
         self._changed = asyncio.Event()
         self.text = ""
         #: Text before this offset is to be spoken now, even a partial clause (flush, end_of_input).
         self.flushed_to = 0
         self.ended = False
-        #: When text last arrived (the clock's time).
-        self.last_text_at = clock()
+        self.opened_at = clock()
+        #: When speakable text last arrived (the clock's time).
+        self.last_text_at = self.opened_at
         if first_piece:
             self.push(first_piece, flush=False, end_of_input=False)
 
@@ -46,13 +61,23 @@ class StreamedText:
         problem = text_length_problem(len(self.text) + len(text), self._max_chars)
         if problem:
             raise TextInputViolation(problem)
-        if text:
-            self.text += text
+        self.text += text
+        if speakable(text):
             self.last_text_at = self._clock()
         if flush or end_of_input:
             self.flushed_to = len(self.text)
         self.ended = end_of_input
         self.wake()
+
+    def input_time_left(self) -> tuple[float, str]:
+        """Seconds until the input expires unless speakable text (or its end) arrives, and why it
+        would expire."""
+        now = self._clock()
+        quiet_left = self.last_text_at + self._input_timeout_s - now
+        life_left = self.opened_at + self._max_input_s - now
+        if life_left < quiet_left:
+            return life_left, f"the text input did not end within {self._max_input_s:g} s"
+        return quiet_left, f"no text for {self._input_timeout_s:g} s and no end_of_input"
 
     def wake(self) -> None:
         """Wake whoever waits in `changed` (new text, or a reader that must stop waiting)."""

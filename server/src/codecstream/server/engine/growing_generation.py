@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -93,11 +92,10 @@ class GrowingTalkerGeneration(Generation):
 
     async def _wait_for_text(self) -> None:
         """Until more text arrives (or the stream is stopped); the input timeout applies."""
-        text, limits = self._text, self._limits
-        timeout = text.last_text_at + limits.text_input_timeout_s - time.monotonic()
+        timeout, why = self._text.input_time_left()
         if timeout <= 0:
-            raise GenerationFailed(f"no text for {limits.text_input_timeout_s:g} s and no end_of_input")
-        await text.changed(timeout)
+            raise GenerationFailed(why)
+        await self._text.changed(timeout)
 
     def _gate_open(self) -> bool:
         ids = self._tokens.ids

@@ -1,0 +1,192 @@
+"""No client can exhaust the server (issue 22): refused requests leave nothing behind, full
+collections keep running once the engine is frozen, streamed text cannot hold a slot forever, and
+a call's control messages are paced (replay servers, real sockets)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import tracemalloc
+
+import grpc
+import pytest
+from codecstream.server.limits import ServerLimits
+from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.v1 import synthesis_pb2_grpc
+
+from tests.conftest import random_codes
+from tests.server.test_faults import rejected_total, sample
+from tests.server.test_hostile_requests import call
+
+#: Garbage reference audio: under the 8 MB limit, so it is parsed, then refused as not audio.
+GARBAGE_AUDIO_BYTES = 6_000_000
+
+
+@pytest.fixture
+def clone_server(replay_server_factory):
+    """A replay server that serves BASE (its recording has reference codes)."""
+    return replay_server_factory(codes=random_codes(20), reference_codes=random_codes(4, seed=1))
+
+
+def garbage_clone_request() -> pb.SynthesizeRequest:
+    reference = pb.ReferenceAudio(audio=os.urandom(GARBAGE_AUDIO_BYTES), transcript="Hello.")
+    return pb.SynthesizeRequest(start=pb.Start(text="Hi.", task_type=pb.TASK_TYPE_BASE, reference_audio=reference))
+
+
+def test_refused_multi_megabyte_requests_are_freed_without_waiting_for_a_full_collection(clone_server):
+    request = garbage_clone_request()
+    refused = 6
+    gc.collect()
+    gc.disable()  # what a server whose engine objects are frozen sees between its rare full collections
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(refused):
+            _, error = call(clone_server.target, request)
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "reference_audio" in error.details()
+        assert clone_server.wait_until(lambda: rejected_total(clone_server) == refused)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert held < GARBAGE_AUDIO_BYTES, f"{held / 1e6:.1f} MB still held after {refused} refused requests"
+
+
+def test_full_collections_still_run_after_the_engine_s_objects_are_frozen(replay_server_factory):
+    # A process whose last full collection saw many objects: as after an engine's start.
+    engine_like = [[] for _ in range(1_200_000)]
+    gc.collect()
+    server = replay_server_factory()  # SERVING: freezes what the process holds
+    del engine_like
+    try:
+        full_before = sample(server, "codecstream_gc_pause_seconds_count", generation="2")
+        aged = [[] for _ in range(200_000)]  # objects that survive into the oldest generation
+        for _ in range(3):
+            [[] for _ in range(10_000)]  # allocations that trigger the young collections
+        assert sample(server, "codecstream_gc_pause_seconds_count", generation="2") > full_before
+        assert sample(server, "codecstream_gc_pause_seconds_count", generation="0") > 0
+        del aged
+    finally:
+        gc.unfreeze()
+
+
+def timed_call(target: str, schedule: list[tuple[float, pb.SynthesizeRequest]], half_close: bool, timeout: float = 20):
+    """Send each message after its delay (seconds after the one before); half-close afterwards or
+    keep the call open. Every response with the time it came (seconds from the call), then the status."""
+    opened = time.monotonic()
+    done = threading.Event()
+
+    def requests():
+        for delay, message in schedule:
+            time.sleep(delay)
+            if done.is_set():
+                return
+            yield message
+        if not half_close:
+            done.wait(timeout)
+
+    timed = []
+    with grpc.insecure_channel(target) as channel:
+        try:
+            for response in synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(requests(), timeout=timeout):
+                timed.append((time.monotonic() - opened, response))
+            code, details = grpc.StatusCode.OK, ""
+        except grpc.RpcError as error:
+            code, details = error.code(), error.details()
+        finally:
+            done.set()
+    return timed, code, details
+
+
+def streaming_start(text: str) -> pb.SynthesizeRequest:
+    return pb.SynthesizeRequest(start=pb.Start(text=text, streaming_text=True))
+
+
+def text_input(text: str = "", flush: bool = False, end: bool = False) -> pb.SynthesizeRequest:
+    return pb.SynthesizeRequest(text=pb.TextInput(text=text, flush=flush, end_of_input=end))
+
+
+def end_of(timed) -> tuple[float, pb.End]:
+    ends = [(at, response.end) for at, response in timed if response.HasField("end")]
+    assert len(ends) == 1, f"{len(ends)} Ends"
+    return ends[0]
+
+
+@pytest.mark.parametrize(
+    "renewal",
+    [text_input(" "), text_input("\u200b"), text_input("\u200b", flush=True), text_input(flush=True)],
+    ids=["space", "zero-width-space", "zero-width-flushed", "empty-flush"],
+)
+def test_nothing_speakable_does_not_keep_a_streamed_text_open(replay_server_factory, renewal):
+    server = replay_server_factory(codes=random_codes(4), limits=ServerLimits(text_input_timeout_s=1.0))
+    # A renewal every 0.25 s for 4 s: on main each one reset the 1 s timeout.
+    timed, _code, _ = timed_call(server.target, [(0, streaming_start("Hello."))] + [(0.25, renewal)] * 16, False)
+    at, end = end_of(timed)
+    assert end.reason == pb.END_REASON_ERROR and end.message.endswith("no text for 1 s and no end_of_input")
+    assert at < 3.0, f"the stream ended {at:.1f} s in, its renewals kept it open"
+    assert server.wait_until(lambda: server.live_requests() == 0)
+
+
+def test_a_streamed_text_must_end_within_its_total_life_however_it_trickles(replay_server_factory):
+    limits = ServerLimits(text_input_timeout_s=1.0, max_text_input_s=1.5)
+    server = replay_server_factory(codes=random_codes(4), limits=limits)
+    timed, _, _ = timed_call(
+        server.target, [(0, streaming_start("Hello."))] + [(0.25, text_input("word "))] * 16, False
+    )
+    at, end = end_of(timed)
+    assert end.reason == pb.END_REASON_ERROR and end.message.endswith("the text input did not end within 1.5 s")
+    assert at < 3.0
+
+
+def test_a_half_close_ends_the_streamed_text_like_end_of_input(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(4))  # the default 60 s text input timeout
+    timed, code, _ = timed_call(
+        server.target, [(0, streaming_start("Hello there.")), (0, text_input(" And more"))], True, timeout=10
+    )
+    _, end = end_of(timed)
+    assert code == grpc.StatusCode.OK and end.reason == pb.END_REASON_EOS
+    spoken = {(r.chunk.text_start, r.chunk.text_end) for _, r in timed if r.HasField("chunk")}
+    assert max(end for _, end in spoken) == len("Hello there. And more")
+
+
+def test_one_client_cannot_hold_more_than_its_share_of_streams(replay_server_factory):
+    server = replay_server_factory(codes=random_codes(4), limits=ServerLimits(max_streams_per_client=2))
+    with grpc.insecure_channel(server.target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        calls, releases = [], []
+        for _ in range(2):
+            release = threading.Event()
+            releases.append(release)
+
+            def requests(release=release):
+                yield streaming_start("Hello.")
+                release.wait(20)
+
+            call_ = stub.Synthesize(requests(), timeout=20)
+            assert next(call_).HasField("header")
+            calls.append(call_)
+        _, error = call(server.target, streaming_start("One too many."))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.details() == "client ipv4:127.0.0.1 holds 2 streams, the limit per client is 2"
+        releases[0].set()  # half-closed: the first stream ends
+        assert any(r.HasField("end") for r in calls[0])
+        _, error = call(server.target, pb.SynthesizeRequest(start=pb.Start(text="Now there is room.")))
+        assert error is None
+        releases[1].set()
+        list(calls[1])
+
+
+def test_a_flood_of_control_messages_is_read_at_the_paced_rate(replay_server_factory):
+    limits = ServerLimits(control_messages_per_s=100, control_message_burst=50)
+    server = replay_server_factory(codes=random_codes(4), limits=limits)
+    cancel = pb.SynthesizeRequest(cancel=pb.Cancel())
+    # 250 empty flushes at once, then a Cancel: the burst of 50 is free, the other 200 take 2 s.
+    timed, _code, _ = timed_call(
+        server.target, [(0, streaming_start("Hello."))] + [(0, text_input(flush=True))] * 250 + [(0, cancel)], False
+    )
+    at, end = end_of(timed)
+    assert end.reason == pb.END_REASON_CANCELLED
+    assert at >= 1.9, f"the Cancel behind 250 flushes was read {at:.2f} s in"
