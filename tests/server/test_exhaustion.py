@@ -179,14 +179,40 @@ def test_one_client_cannot_hold_more_than_its_share_of_streams(replay_server_fac
         list(calls[1])
 
 
-def test_a_flood_of_control_messages_is_read_at_the_paced_rate(replay_server_factory):
+def test_a_flood_of_control_messages_ends_the_stream_with_a_status_naming_the_rate(replay_server_factory):
     limits = ServerLimits(control_messages_per_s=100, control_message_burst=50)
     server = replay_server_factory(codes=random_codes(4), limits=limits)
-    cancel = pb.SynthesizeRequest(cancel=pb.Cancel())
-    # 250 empty flushes at once, then a Cancel: the burst of 50 is free, the other 200 take 2 s.
-    timed, _code, _ = timed_call(
-        server.target, [(0, streaming_start("Hello."))] + [(0, text_input(flush=True))] * 250 + [(0, cancel)], False
+    flood = [(0, text_input(flush=True))] * 5_000
+    timed, code, details = timed_call(server.target, [(0, streaming_start("Hello.")), *flood], False)
+    _, end = end_of(timed)
+    assert end.reason == pb.END_REASON_ERROR
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "more than 100 messages a second (after a burst of 50)"
+    assert rejected_total(server) == 0 and server.wait_until(lambda: server.live_requests() == 0)
+    # The budget is the client's, not the call's: a new call does not start with a fresh burst.
+    timed, code, details = timed_call(server.target, [(0, streaming_start("Hello.")), *flood[:20]], False)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("more than 100 messages a second")
+
+
+def test_text_written_a_character_a_message_and_flushed_after_every_word_stays_within_the_default_rate(
+    replay_server_factory,
+):
+    server = replay_server_factory(codes=random_codes(4))
+    text = "Hello there, this reply is written one character at a time. " * 16  # 976 characters
+    pieces = [text_input(char, flush=char == " ") for char in text]
+    timed, code, _ = timed_call(server.target, [(0, streaming_start("")), *((0, m) for m in pieces)], True)
+    _, end = end_of(timed)
+    assert code == grpc.StatusCode.OK and end.reason == pb.END_REASON_EOS
+
+
+def test_a_text_input_over_the_message_limit_after_the_header_ends_the_stream_at_once(replay_server_factory):
+    # The one way a stream ends without End (synthesis.proto): gRPC refuses the message unparsed.
+    server = replay_server_factory(codes=random_codes(4))
+    limit = ServerLimits().max_request_bytes(reference_audio=False)
+    timed, code, details = timed_call(
+        server.target, [(0, streaming_start("Hello.")), (0.3, text_input("x" * (limit + 1)))], False
     )
-    at, end = end_of(timed)
-    assert end.reason == pb.END_REASON_CANCELLED
-    assert at >= 1.9, f"the Cancel behind 250 flushes was read {at:.2f} s in"
+    assert [r.WhichOneof("kind") for _, r in timed][:1] == ["header"]
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and str(limit) in details
+    assert server.wait_until(lambda: server.live_requests() == 0 and not server.service.sessions)
+    assert sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1

@@ -213,7 +213,7 @@ def test_codec_info_states_every_limit_the_server_enforces(replay_server, clone_
     assert info.first_message_timeout_ms == 10_000 and info.stalled_client_timeout_ms == 30_000
     assert (info.text_input_timeout_ms, info.max_text_input_ms) == (60_000, 600_000)
     assert info.max_streams_per_client == 256
-    assert (info.control_messages_per_s, info.control_message_burst) == (200, 400)
+    assert (info.control_messages_per_s, info.control_message_burst) == (200, 4000)
 
 
 def test_an_empty_voice_gets_the_model_default_voice_which_list_voices_names(replay_server):

@@ -107,7 +107,7 @@ def test_a_generation_failure_reaches_the_client_as_its_one_line_message(replay_
 
 def test_the_rate_limiter_forgets_clients_idle_for_a_refill_period():
     now = [0.0]
-    limiter = RateLimiter(per_minute=5, clock=lambda: now[0])
+    limiter = RateLimiter.per_minute(5, clock=lambda: now[0])
     for client in range(10_000):
         limiter.try_acquire(f"client-{client}")
     assert len(limiter) == 10_000
@@ -118,7 +118,7 @@ def test_the_rate_limiter_forgets_clients_idle_for_a_refill_period():
 
 def test_the_rate_limiter_still_limits_a_busy_client():
     now = [0.0]
-    limiter = RateLimiter(per_minute=2, clock=lambda: now[0])
+    limiter = RateLimiter.per_minute(2, clock=lambda: now[0])
     assert limiter.try_acquire("a") == 0.0 and limiter.try_acquire("a") == 0.0
     assert limiter.try_acquire("a") == pytest.approx(30.0)
     now[0] = 30.0

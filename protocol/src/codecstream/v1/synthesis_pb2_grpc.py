@@ -47,11 +47,11 @@ class SynthesisServiceStub(object):
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
-    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
-    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms.
     ABORTED              a Resume of this stream on another call took it over.
     INTERNAL             a server bug; the message names the id under which the server logged it.
-    CANCELLED            the call itself was cancelled.
+    CANCELLED            the call itself was cancelled, or the server dropped a client that read
+    nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
     (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a
@@ -114,11 +114,11 @@ class SynthesisServiceServicer(object):
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
-    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
-    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms.
     ABORTED              a Resume of this stream on another call took it over.
     INTERNAL             a server bug; the message names the id under which the server logged it.
-    CANCELLED            the call itself was cancelled.
+    CANCELLED            the call itself was cancelled, or the server dropped a client that read
+    nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
     (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a
@@ -225,11 +225,11 @@ class SynthesisService(object):
     UNAUTHENTICATED      a missing or wrong bearer token, when the server requires one.
     UNAVAILABLE          the engine is starting, or restarting after a failure, or the server is
     shutting down: retry later or on another replica.
-    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms, or
-    the client read nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
+    DEADLINE_EXCEEDED    no first message within GetCodecInfoResponse.first_message_timeout_ms.
     ABORTED              a Resume of this stream on another call took it over.
     INTERNAL             a server bug; the message names the id under which the server logged it.
-    CANCELLED            the call itself was cancelled.
+    CANCELLED            the call itself was cancelled, or the server dropped a client that read
+    nothing for GetCodecInfoResponse.stalled_client_timeout_ms.
     Once the Header is sent, the stream's outcome is its End (reason ERROR with End.message for a
     failure) and the call closes with OK, except that a client message the contract forbids there
     (a second Start, a Resume) is answered with End(ERROR) and then INVALID_ARGUMENT, and that a

@@ -75,12 +75,15 @@ class ServerLimits:
     #: flush or the end of the input, whichever comes first. The talker reads one token per
     #: 80 ms frame; a few tokens ahead keep it from pausing at once when the LLM is slower.
     start_gate_tokens: int = 4
-    #: Messages a call may send after its first (TextInput, Ack, Cancel), per second and in a
-    #: burst: beyond them the server reads the call's messages no faster (the transport's flow
-    #: control pushes back), so a flood of empty flushes cannot take the loop from other streams.
-    #: An LLM writes tens of tokens a second; a client acks at most a chunk (80 ms) at a time.
+    #: Messages a client (token, or peer address) may send after its calls' first (TextInput,
+    #: Ack, Cancel), over all its calls: per second on average, after a burst. A call beyond it
+    #: ends (End(ERROR), INVALID_ARGUMENT). gRPC takes in a call's messages whether or not the
+    #: server reads them (190,000 empty flushes in 10 s measured, 0.7 s of server CPU a second),
+    #: so slowing the reads would bound nothing, and a per-call budget is spent again by each new
+    #: call. An honest client stays far below: a whole text is at most max_text_chars messages, a
+    #: flush after each doubles it, and acks follow chunks (at most one per 80 ms of audio).
     control_messages_per_s: float = 200.0
-    control_message_burst: int = 400
+    control_message_burst: int = 4_000
     #: A segment's engine request may generate at most this many frames, plus as many per
     #: character: a guard against a talker that never says EOS for one segment (speech runs at
     #: about 1 frame a character), so one segment cannot use up the stream's budget.
@@ -100,58 +103,42 @@ class ServerLimits:
 
 
 class RateLimiter:
-    """Token bucket per client: `per_minute` starts, refilled continuously.
+    """Token bucket per client: `burst` tokens, refilled at `per_s`.
 
-    A bucket left alone for a minute is full again, which is what a missing bucket means, so
-    buckets idle that long are dropped: the table holds only clients seen in the last minute.
+    A bucket left alone until it is full again is what a missing bucket means, so buckets idle
+    that long are dropped: the table holds only clients seen recently. `per_s` 0: unlimited.
     """
 
-    REFILL_S = 60.0
-
-    def __init__(self, per_minute: int, clock=time.monotonic) -> None:
-        self.per_minute = per_minute
+    def __init__(self, per_s: float, burst: int, clock=time.monotonic) -> None:
+        self.per_s = per_s
+        self.burst = float(burst)
         self._clock = clock
+        self._refill_s = burst / per_s if per_s > 0 else 0.0
         #: client -> (tokens, last update), least recently updated first.
         self._buckets: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
+
+    @classmethod
+    def per_minute(cls, count: int, clock=time.monotonic) -> RateLimiter:
+        """`count` a minute, all of them at once if the client has been away a minute."""
+        return cls(count / 60.0, count, clock)
 
     def __len__(self) -> int:
         return len(self._buckets)
 
     def try_acquire(self, client: str) -> float:
-        """Take one start for `client`; return 0.0 on success, else the seconds until one is free."""
-        if self.per_minute <= 0:
+        """Take one token for `client`; return 0.0 on success, else the seconds until one is free."""
+        if self.per_s <= 0:
             return 0.0
         now = self._clock()
         while self._buckets:
             oldest, (_, stamp) = next(iter(self._buckets.items()))
-            if now - stamp < self.REFILL_S:
+            if now - stamp < self._refill_s:
                 break
             del self._buckets[oldest]
-        tokens, stamp = self._buckets.pop(client, (float(self.per_minute), now))
-        tokens = min(float(self.per_minute), tokens + (now - stamp) * self.per_minute / self.REFILL_S)
+        tokens, stamp = self._buckets.pop(client, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - stamp) * self.per_s)
         if tokens < 1.0:
             self._buckets[client] = (tokens, now)
-            return (1.0 - tokens) * self.REFILL_S / self.per_minute
+            return (1.0 - tokens) / self.per_s
         self._buckets[client] = (tokens - 1.0, now)
         return 0.0
-
-
-class MessagePacer:
-    """Token bucket for one call's messages: free while the burst lasts, then `per_s` on average.
-    `per_s` 0: unpaced."""
-
-    def __init__(self, per_s: float, burst: int, clock=time.monotonic) -> None:
-        self._per_s = per_s
-        self._burst = float(burst)
-        self._tokens = float(burst)
-        self._clock = clock
-        self._stamp = clock()
-
-    def take(self) -> float:
-        """Count one message; return the seconds to wait before reading the next."""
-        if self._per_s <= 0:
-            return 0.0
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._per_s) - 1.0
-        self._stamp = now
-        return max(0.0, -self._tokens / self._per_s)

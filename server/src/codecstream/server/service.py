@@ -22,7 +22,7 @@ from codecstream.server.auth import principal
 from codecstream.server.decoder_artifacts import ArtifactNotOffered, DecoderArtifacts, OffsetOutOfRange, read_parts
 from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
-from codecstream.server.limits import MAX_STREAM_ID_BYTES, MessagePacer, RateLimiter, ServerLimits
+from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
 from codecstream.server.metrics import Metrics
 from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
 from codecstream.server.request import TaskType
@@ -51,7 +51,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.sessions: dict[str, StreamSession] = {}
         #: Decoder artifacts offered for download (the server's --decoder-artifact directories).
         self.artifacts = DecoderArtifacts()
-        self._rate_limiter = RateLimiter(limits.streams_per_client_per_minute)
+        self._rate_limiter = RateLimiter.per_minute(limits.streams_per_client_per_minute)
+        self._message_rate = RateLimiter(limits.control_messages_per_s, limits.control_message_burst)
         #: Why new streams are refused (UNAVAILABLE); None while serving.
         self._unavailable: str | None = STARTING
         #: Stream slots taken by opens still waiting on the reference audio or the engine.
@@ -209,7 +210,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         elif stalled:
             self.metrics.stalled_clients.inc()
             timeout = self.limits.stalled_client_timeout_s
-            _set_status(context, "DEADLINE_EXCEEDED", f"the client read nothing for {timeout:g} s")
+            log.info("stream %s: dropped a client that read nothing for %g s", session.stream_id, timeout)
+            # Its last write is still pending in gRPC, so a status would fail in gRPC's own code
+            # (ExecuteBatchError, logged as an error): the call is cancelled instead, which sends none.
+            raise asyncio.CancelledError(f"the client read nothing for {timeout:g} s")
 
     async def _first_message(self, requests) -> pb.SynthesizeRequest:
         timeout = self.limits.first_message_timeout_s
@@ -336,19 +340,22 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         return session, first_seq
 
     async def _read_control(self, requests, session: StreamSession, attachment: Attachment) -> None:
-        """Apply Cancel, Ack and TextInput as they arrive, paced (ServerLimits.control_messages_per_s).
-        A message the contract forbids is noted on the attachment and ends the stream with
+        """Apply Cancel, Ack and TextInput as they arrive. A message the contract forbids, or one
+        over its client's message rate, is noted on the attachment and ends the stream with
         End(ERROR); the call then closes with INVALID_ARGUMENT. A half-close ends a streamed text."""
-        pacer = MessagePacer(self.limits.control_messages_per_s, self.limits.control_message_burst)
+        limits = self.limits
         try:
             async for message in requests:
-                if isinstance(message, UnreadableMessage):
+                if self._message_rate.try_acquire(session.principal):
+                    violation = (
+                        f"more than {limits.control_messages_per_s:g} messages a second "
+                        f"(after a burst of {limits.control_message_burst})"
+                    )
+                elif isinstance(message, UnreadableMessage):
                     violation = message.reason
                 else:
                     violation = await self._apply(message, session)
                 if violation is None:
-                    if wait_s := pacer.take():
-                        await asyncio.sleep(wait_s)
                     continue
                 # Noted before the stop: the End it causes may reach the client before stop() returns.
                 attachment.violation = violation

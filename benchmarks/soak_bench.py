@@ -1,0 +1,475 @@
+"""Can a client exhaust the server? Refused requests by the thousand, then long hostile traffic
+beside normal streams (issue 22).
+
+Part "refused", on a replay server that clones voices and on the real talker engine serving a
+tiny random Base checkpoint (both parse messages up to 8.5 MB), each `codecstream-server` in its
+own process: `--refused` requests of 3-8.5 MB that must be refused (garbage reference audio, a
+3 MB transcript, a first-message Cancel carrying 8 MB of unknown fields), one after another from
+a sender process, while this process samples the server's resident memory every second. Memory
+is read after a warm-up of 50 refusals (allocator arenas and gRPC buffers reach their working
+size there).
+
+Part "hostile", on the engine serving a CustomVoice checkpoint (streamed text is offered for
+CustomVoice, not Base): `--streams` normal streams (1 frame a chunk, so the client sees
+every engine step) for `--quiet-seconds` alone, then for `--minutes` beside a hostile process
+that mixes what issue 22 found: refused 8 MB requests, streamed texts kept open with spaces and
+zero-width characters, floods of empty flushes, streams half-closed without end_of_input, a
+TextInput over the message limit after the Header. Recorded: resident memory, the server's
+event-loop lag and garbage-collection pauses (its own /metrics), a health prober's latency, and
+the neighbours' gap between frames, quiet against hostile. Writes
+benchmarks/results/soak.json and a PNG.
+
+    .venv/bin/python benchmarks/soak_bench.py                       # ~35 min here
+    .venv/bin/python benchmarks/soak_bench.py --refused 200 --minutes 1 --quiet-seconds 20  # a look
+
+The server (with its engine process) runs on half the cores and the clients on the other half,
+as clients on other machines would: the neighbours then lose what the hostile traffic costs the
+server, not what the attacker's own process costs this machine.
+
+Goals: resident memory grows <= 50 MB over 2,000 refused 8 MB requests (each server); no event
+loop stall or collection over 100 ms; the neighbours' gap p99 within 50 ms of quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import pathlib
+import tempfile
+import threading
+import time
+
+import grpc
+import numpy as np
+from bench_record import RESULTS, machine, percentiles, versions
+from bench_servers import ServerProcess
+from codecstream.server.limits import ServerLimits
+from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.v1 import synthesis_pb2_grpc
+from hostile_load_bench import (
+    MEAN_FRAMES,
+    deploy_config,
+    in_own_process,
+    loop_lag,
+    normal_client,
+    probe_health,
+    tone,
+    wav,
+)
+
+#: Samples of the server's /metrics this benchmark reads.
+METRICS = (
+    "codecstream_event_loop_lag_seconds",
+    "codecstream_stalled_clients",
+    "codecstream_gc_pause_seconds",
+    "codecstream_requests_rejected",
+    "codecstream_streams_ended",
+    "codecstream_streams_active",
+)
+WARM_UP_REFUSALS = 50
+#: Pause between hostile actions of one kind (the mix runs several kinds at once).
+HOSTILE_PAUSE_S = 0.2
+
+
+def refused_requests() -> list[tuple[str, bytes]]:
+    """(kind, serialized SynthesizeRequest) of 3-8.5 MB, each refused before a Header."""
+    limits = ServerLimits()
+    garbage = np.random.default_rng(0).bytes(limits.max_reference_audio_bytes)
+    short = wav(tone(2, 24_000), 24_000)
+
+    def clone(audio: bytes, transcript: str) -> bytes:
+        reference = pb.ReferenceAudio(audio=audio, transcript=transcript)
+        start = pb.Start(text="Hi.", task_type=pb.TASK_TYPE_BASE, reference_audio=reference)
+        return pb.SynthesizeRequest(start=start).SerializeToString()
+
+    # Field 99 is unknown to the contract: a length-delimited field of 8 MB (tag 99 << 3 | 2 = 794).
+    unknown = b"\x9a\x06" + _varint(len(garbage)) + garbage
+    cancel = pb.SynthesizeRequest(cancel=pb.Cancel()).SerializeToString() + unknown
+    return [
+        ("garbage reference audio (8 MB)", clone(garbage, "A reference.")),
+        ("transcript of 3 MB", clone(short, "r" * 3_000_000)),
+        ("first-message Cancel with 8 MB of unknown fields", cancel),
+    ]
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def raw_synthesize(channel):
+    return channel.stream_stream(
+        "/codecstream.v1.SynthesisService/Synthesize",
+        request_serializer=lambda data: data,
+        response_deserializer=pb.SynthesizeResponse.FromString,
+    )
+
+
+def send_refused(target: str, count: int, queue) -> None:
+    """`count` refused requests, one after another; puts {kind: {status: n}}."""
+    requests = refused_requests()
+    outcomes: dict[str, dict[str, int]] = {kind: {} for kind, _ in requests}
+
+    async def run() -> None:
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
+            synthesize = raw_synthesize(channel)
+            for index in range(count):
+                kind, message = requests[index % len(requests)]
+                try:
+                    async for _ in synthesize(iter([message]), timeout=60):
+                        pass
+                    status = "OK"
+                except grpc.aio.AioRpcError as error:
+                    status = error.code().name
+                outcomes[kind][status] = outcomes[kind].get(status, 0) + 1
+
+    asyncio.run(run())
+    queue.put(outcomes)
+
+
+def rss_mb(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class RssSampler:
+    """The server process's resident memory every `period_s`, in a thread, as (seconds, MB)."""
+
+    def __init__(self, pid: int, period_s: float = 1.0) -> None:
+        self.pid, self.period_s = pid, period_s
+        self.samples: list[tuple[float, float]] = []
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((round(time.monotonic() - self._started, 2), round(rss_mb(self.pid), 1)))
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+
+def refused_part(server: ServerProcess, count: int) -> dict:
+    process, queue = in_own_process(send_refused, server.target, WARM_UP_REFUSALS)
+    queue.get(timeout=600)
+    process.join(60)
+    time.sleep(2)
+    before = rss_mb(server.process.pid)
+    sampler = RssSampler(server.process.pid)
+    started, cpu_before = time.monotonic(), server.cpu_seconds()
+    metrics_before = server.metrics(METRICS)
+    process, queue = in_own_process(send_refused, server.target, count)
+    outcomes = queue.get(timeout=3600)
+    process.join(60)
+    seconds = time.monotonic() - started
+    time.sleep(2)
+    after = rss_mb(server.process.pid)
+    samples = sampler.stop()
+    metrics_after = server.metrics(METRICS)
+    return {
+        "refused": count,
+        "seconds": round(seconds, 1),
+        "server_cpu_s": round(server.cpu_seconds() - cpu_before, 1),
+        "server_counters": counted(metrics_before, metrics_after),
+        "outcomes": outcomes,
+        "rss_mb_after_warm_up": round(before, 1),
+        "rss_mb_after": round(after, 1),
+        "rss_growth_mb": round(after - before, 1),
+        "rss_mb_max": max(mb for _, mb in samples),
+        "rss_mb_series": samples,
+        "server_loop_lag": loop_lag(metrics_before, metrics_after),
+        "gc_pauses": gc_pauses(metrics_before, metrics_after),
+    }
+
+
+def counted(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counters that grew during a part (refusals by status, ends by reason, stalled clients)."""
+    return {
+        key: after[key] - before.get(key, 0) for key in after if "_total" in key and after[key] != before.get(key, 0)
+    }
+
+
+def gc_pauses(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Collections during a part, by generation: how many, and how many took over 0.1 s / 1 s."""
+    found = {}
+    for generation in ("0", "1", "2"):
+        count_key = f'codecstream_gc_pause_seconds_count{{generation="{generation}"}}'
+        count = after.get(count_key, 0) - before.get(count_key, 0)
+        sum_key = f'codecstream_gc_pause_seconds_sum{{generation="{generation}"}}'
+        over = {}
+        for bound in ("0.1", "1.0"):
+            key = f'codecstream_gc_pause_seconds_bucket{{generation="{generation}",le="{bound}"}}'
+            over[f"over_{float(bound) * 1000:g}_ms"] = count - (after.get(key, 0) - before.get(key, 0))
+        found[generation] = {
+            "collections": count,
+            "total_ms": round((after.get(sum_key, 0) - before.get(sum_key, 0)) * 1000, 1),
+            **over,
+        }
+    return found
+
+
+# -- the hostile mix -------------------------------------------------------------------------
+
+
+async def hostile_mix(target: str, until: float, outcomes: dict[str, dict[str, int]]) -> None:
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+    def count(kind: str, status: str) -> None:
+        outcomes.setdefault(kind, {})
+        outcomes[kind][status] = outcomes[kind].get(status, 0) + 1
+
+    async def one_call(synthesize, kind: str, messages) -> None:
+        try:
+            status = "OK"
+            async for response in synthesize(messages, timeout=180):
+                if response.HasField("end"):
+                    status = f"End {pb.EndReason.Name(response.end.reason)}"
+        except grpc.aio.AioRpcError as error:
+            status = error.code().name
+        count(kind, status)
+
+    def streaming_start() -> bytes:
+        return pb.SynthesizeRequest(
+            start=pb.Start(text="Hello.", voice="ryan", streaming_text=True)
+        ).SerializeToString()
+
+    def text_input(text: str = "", flush: bool = False, end: bool = False) -> bytes:
+        return pb.SynthesizeRequest(text=pb.TextInput(text=text, flush=flush, end_of_input=end)).SerializeToString()
+
+    async def renewals(pieces: list[str], every_s: float):
+        yield streaming_start()
+        while time.monotonic() < until:
+            for piece in pieces:
+                await asyncio.sleep(every_s)
+                yield text_input(piece)
+
+    async def flood():
+        yield streaming_start()
+        message = text_input(flush=True)
+        while time.monotonic() < until:
+            for _ in range(100):
+                yield message
+            await asyncio.sleep(0)
+        yield text_input(end=True)
+
+    async def half_close():
+        yield streaming_start()
+
+    async def oversize_after_header():
+        yield streaming_start()
+        await asyncio.sleep(0.5)
+        yield text_input("x" * 9_000_000)
+
+    async def loop(kind: str, make_messages, pause_s: float = HOSTILE_PAUSE_S) -> None:
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
+            synthesize = raw_synthesize(channel)
+            while time.monotonic() < until:
+                await one_call(synthesize, kind, make_messages())
+                await asyncio.sleep(pause_s)
+
+    refused = itertools.cycle(message for _, message in refused_requests())
+    await asyncio.gather(
+        loop("refused 3-8.5 MB request", lambda: iter([next(refused)])),
+        *(loop("kept open with spaces", lambda: renewals([" "], 5.0)) for _ in range(4)),
+        *(loop("kept open with zero-width spaces", lambda: renewals(["\u200b"], 5.0)) for _ in range(4)),
+        loop("flood of empty flushes", flood),
+        loop("half-closed without end_of_input", half_close, pause_s=1.0),
+        loop("TextInput over the message limit after the Header", oversize_after_header, pause_s=1.0),
+    )
+
+
+def send_hostile_mix(target: str, seconds: float, queue) -> None:
+    outcomes: dict[str, dict[str, int]] = {}
+    asyncio.run(hostile_mix(target, time.monotonic() + seconds, outcomes))
+    queue.put(outcomes)
+
+
+def hostile_part(server: ServerProcess, args, seconds: float, hostile: bool) -> dict:
+    gaps: list[float] = []
+    metrics_before, cpu_before = server.metrics(METRICS), server.cpu_seconds()
+    sampler = RssSampler(server.process.pid, period_s=5.0)
+    helpers = [in_own_process(probe_health, server.target, seconds)]
+    if hostile:
+        helpers.append(in_own_process(send_hostile_mix, server.target, seconds))
+
+    async def normal_streams() -> list[int]:
+        until = time.monotonic() + seconds
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+            return await asyncio.gather(
+                *(normal_client(stub, "custom_voice", i, until, gaps, args.max_frames) for i in range(args.streams))
+            )
+
+    streams = asyncio.run(normal_streams())
+    health, *rest = [queue.get(timeout=seconds + 600) for _, queue in helpers]
+    for process, _ in helpers:
+        process.join(120)
+    samples = sampler.stop()
+    metrics_after = server.metrics(METRICS)
+    return {
+        "seconds": seconds,
+        "server_cpu_s": round(server.cpu_seconds() - cpu_before, 1),
+        "server_counters": counted(metrics_before, metrics_after),
+        "streams_run": int(sum(streams)),
+        "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
+        "health_latency_ms": {k: v * 1000 for k, v in percentiles(health).items()},
+        "hostile_outcomes": rest[0] if rest else {},
+        "rss_mb_start": samples[0][1],
+        "rss_mb_end": samples[-1][1],
+        "rss_mb_max": max(mb for _, mb in samples),
+        "rss_mb_series": samples,
+        "server_loop_lag": loop_lag(metrics_before, metrics_after),
+        "gc_pauses": gc_pauses(metrics_before, metrics_after),
+        "frame_gaps_s": [round(g, 4) for g in gaps],
+    }
+
+
+def plot(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for name, part in report["refused"].items():
+        t, mb = zip(*part["rss_mb_series"], strict=True)
+        axes[0].plot(t, mb, label=f"{name}: {part['rss_growth_mb']:+.0f} MB over {part['refused']}")
+    axes[0].set_title("resident memory while refusing 3-8.5 MB requests")
+    axes[0].set_xlabel("s")
+    axes[0].set_ylabel("MB")
+    hostile = report.get("hostile")
+    if hostile:
+        t, mb = zip(*hostile["hostile"]["rss_mb_series"], strict=True)
+        axes[1].plot(np.asarray(t) / 60, mb)
+        axes[1].set_title(f"engine resident memory, {hostile['hostile']['seconds'] / 60:g} min of hostile traffic")
+        axes[1].set_xlabel("min")
+        axes[1].set_ylabel("MB")
+        for phase in ("quiet", "hostile"):
+            values = np.sort(np.asarray(hostile[phase]["frame_gaps_s"]) * 1000)
+            if len(values):
+                axes[2].plot(values, np.linspace(0, 1, len(values)), label=phase)
+        axes[2].set_xscale("log")
+        axes[2].set_title(f"{report['settings']['streams']} neighbours: gap between frames")
+        axes[2].set_xlabel("ms")
+        axes[2].set_ylabel("fraction")
+        axes[2].legend()
+    for axis in axes:
+        axis.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"soak: refused requests and hostile traffic ({report['machine']['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def split_cores() -> tuple[set[int], set[int]]:
+    """Half the cores (at least one) for the server, the rest for the clients; all for both on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(cores), set(cores)
+    half = len(cores) // 2
+    return set(cores[:half]), set(cores[half:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--refused", type=int, default=2000, help="refused requests per server")
+    parser.add_argument("--minutes", type=float, default=20.0, help="length of the hostile traffic")
+    parser.add_argument("--quiet-seconds", type=float, default=60.0, help="normal streams alone, before it")
+    parser.add_argument("--streams", type=int, default=10, help="normal streams running at once")
+    parser.add_argument("--max-frames", type=int, default=200, help="frames per normal stream")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "soak.json")
+    args = parser.parse_args()
+    server_cpus, client_cpus = split_cores()
+    # The clients (normal, prober, hostile) run on cores of their own, as they would on other
+    # machines: what the neighbours lose is then what the hostile traffic costs the server.
+    os.sched_setaffinity(0, client_cpus)
+    report = {
+        "machine": machine(),
+        "cores": {"server": sorted(server_cpus), "clients": sorted(client_cpus)},
+        "versions": versions("grpcio", "vllm-omni", "protobuf"),
+        "settings": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()},
+        "refused": {},
+    }
+    with tempfile.TemporaryDirectory() as name:
+        folder = pathlib.Path(name)
+        from codecstream.protocol.codes_file import save_codes_file
+        from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+
+        codes = np.random.default_rng(0).integers(0, 2048, (200, 16), dtype=np.int16)
+        save_codes_file(folder / "clone.npz", codes, reference_codes=codes[:4])
+        if args.refused:
+            print("replay: refusing", flush=True)
+            replay = ServerProcess(["--replay", str(folder / "clone.npz")], log=folder / "replay.log", cpus=server_cpus)
+            try:
+                report["refused"]["replay"] = refused_part(replay, args.refused)
+            finally:
+                replay.close()
+            print(f"  {report['refused']['replay']['rss_growth_mb']:+.1f} MB", flush=True)
+
+        deploy = deploy_config(folder, args.streams + 4)
+        for variant in ("base", "custom_voice") if args.refused else ("custom_voice",):
+            checkpoint = write_qwen3_tts_checkpoint(
+                folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES
+            )
+            print(f"engine ({variant}): starting", flush=True)
+            log = folder / f"engine-{variant}.log"
+            engine = ServerProcess(
+                ["--model", str(checkpoint), "--deploy-config", str(deploy)], log=log, cpus=server_cpus
+            )
+            try:
+                if variant == "base":
+                    print("engine (base): refusing", flush=True)
+                    report["refused"]["engine"] = part = refused_part(engine, args.refused)
+                    print(f"  {part['rss_growth_mb']:+.1f} MB", flush=True)
+                    continue
+                print("engine (custom_voice): quiet", flush=True)
+                quiet = hostile_part(engine, args, args.quiet_seconds, hostile=False)
+                print(f"engine (custom_voice): hostile for {args.minutes:g} min", flush=True)
+                hostile = hostile_part(engine, args, args.minutes * 60, hostile=True)
+                report["hostile"] = {"quiet": quiet, "hostile": hostile}
+            finally:
+                engine.close()
+                errors = [line[:300] for line in log.read_text().splitlines() if " ERROR " in line]
+                report.setdefault("engine_log_errors", {})[variant] = errors[:20]
+    hostile = report["hostile"]
+    rise = hostile["hostile"]["frame_gap_ms"]["p99"] - hostile["quiet"]["frame_gap_ms"]["p99"]
+    stalls = hostile["hostile"]["server_loop_lag"].get("over_100_ms", 0)
+    slow_collections = sum(g["over_100_ms"] for g in hostile["hostile"]["gc_pauses"].values())
+    report["goals"] = {
+        "rss_growth_mb_max": 50,
+        "rss_growth_mb": {name: part["rss_growth_mb"] for name, part in report["refused"].items()},
+        "freeze_ms_max": 100,
+        "loop_stalls_over_100_ms": stalls,
+        "collections_over_100_ms": slow_collections,
+        "neighbour_gap_p99_rise_ms": round(rise, 1),
+        "met": all(part["rss_growth_mb"] <= 50 for part in report["refused"].values())
+        and stalls == 0
+        and slow_collections == 0
+        and rise <= 50,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    print(json.dumps(report["goals"], indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
