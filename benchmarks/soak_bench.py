@@ -9,6 +9,9 @@ a sender process, while this process samples the server's resident memory every 
 is read after a warm-up of 50 refusals (allocator arenas and gRPC buffers reach their working
 size there).
 
+Part "cost by kind", on a replay server: the server's CPU per second while each hostile kind
+runs alone, which says where the neighbours' loss below comes from.
+
 Part "hostile", on the engine serving a CustomVoice checkpoint (streamed text is offered for
 CustomVoice, not Base): `--streams` normal streams (1 frame a chunk, so the client sees
 every engine step) for `--quiet-seconds` alone, then for `--minutes` beside a hostile process
@@ -226,7 +229,8 @@ def gc_pauses(before: dict[str, float], after: dict[str, float]) -> dict:
 # -- the hostile mix -------------------------------------------------------------------------
 
 
-async def hostile_mix(target: str, until: float, outcomes: dict[str, dict[str, int]]) -> None:
+async def hostile_mix(target: str, until: float, outcomes: dict[str, dict[str, int]], only: str | None = None) -> None:
+    """Every hostile kind at once (`only`: that kind alone) until `until`; outcomes by kind and status."""
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 
     def count(kind: str, status: str) -> None:
@@ -283,20 +287,63 @@ async def hostile_mix(target: str, until: float, outcomes: dict[str, dict[str, i
                 await asyncio.sleep(pause_s)
 
     refused = itertools.cycle(message for _, message in refused_requests())
+    # kind -> (messages of one call, pause between calls, calls at once)
+    mix = {
+        "refused 3-8.5 MB request": (lambda: iter([next(refused)]), HOSTILE_PAUSE_S, 1),
+        "kept open with spaces": (lambda: renewals([" "], 5.0), HOSTILE_PAUSE_S, 4),
+        "kept open with zero-width spaces": (lambda: renewals(["\u200b"], 5.0), HOSTILE_PAUSE_S, 4),
+        "flood of empty flushes": (flood, HOSTILE_PAUSE_S, 1),
+        "half-closed without end_of_input": (half_close, 1.0, 1),
+        "TextInput over the message limit after the Header": (oversize_after_header, 1.0, 1),
+    }
     await asyncio.gather(
-        loop("refused 3-8.5 MB request", lambda: iter([next(refused)])),
-        *(loop("kept open with spaces", lambda: renewals([" "], 5.0)) for _ in range(4)),
-        *(loop("kept open with zero-width spaces", lambda: renewals(["\u200b"], 5.0)) for _ in range(4)),
-        loop("flood of empty flushes", flood),
-        loop("half-closed without end_of_input", half_close, pause_s=1.0),
-        loop("TextInput over the message limit after the Header", oversize_after_header, pause_s=1.0),
+        *(
+            loop(kind, make, pause_s)
+            for kind, (make, pause_s, copies) in mix.items()
+            if only is None or kind == only
+            for _ in range(copies)
+        )
     )
 
 
-def send_hostile_mix(target: str, seconds: float, queue) -> None:
+def send_hostile_mix(target: str, seconds: float, queue, only: str | None = None) -> None:
     outcomes: dict[str, dict[str, int]] = {}
-    asyncio.run(hostile_mix(target, time.monotonic() + seconds, outcomes))
+    asyncio.run(hostile_mix(target, time.monotonic() + seconds, outcomes, only))
     queue.put(outcomes)
+
+
+def send_hostile_kind(target: str, seconds: float, only: str, queue) -> None:
+    send_hostile_mix(target, seconds, queue, only)
+
+
+HOSTILE_KINDS = (
+    "refused 3-8.5 MB request",
+    "kept open with spaces",
+    "kept open with zero-width spaces",
+    "flood of empty flushes",
+    "half-closed without end_of_input",
+    "TextInput over the message limit after the Header",
+)
+
+
+def cost_part(server: ServerProcess, seconds: float) -> dict:
+    """What each hostile kind alone costs the server process: its CPU, per second of the attack."""
+    costs = {}
+    idle_before = server.cpu_seconds()
+    time.sleep(seconds / 2)
+    costs["nothing (idle)"] = {"server_cpu_per_s": round((server.cpu_seconds() - idle_before) / (seconds / 2), 4)}
+    for kind in HOSTILE_KINDS:
+        before = server.cpu_seconds()
+        process, queue = in_own_process(send_hostile_kind, server.target, seconds, kind)
+        outcomes = queue.get(timeout=seconds + 600)
+        process.join(120)
+        costs[kind] = {
+            "server_cpu_per_s": round((server.cpu_seconds() - before) / seconds, 4),
+            "outcomes": outcomes.get(kind, {}),
+        }
+        # The per-client message budget the flood spent refills before the next kind.
+        time.sleep(ServerLimits().control_message_burst / ServerLimits().control_messages_per_s)
+    return costs
 
 
 def hostile_part(server: ServerProcess, args, seconds: float, hostile: bool) -> dict:
@@ -345,7 +392,7 @@ def plot(report: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    fig, axes = plt.subplots(1, 4, figsize=(23, 4.8))
     for name, part in report["refused"].items():
         t, mb = zip(*part["rss_mb_series"], strict=True)
         axes[0].plot(t, mb, label=f"{name}: {part['rss_growth_mb']:+.0f} MB over {part['refused']}")
@@ -368,6 +415,13 @@ def plot(report: dict, path: pathlib.Path) -> None:
         axes[2].set_xlabel("ms")
         axes[2].set_ylabel("fraction")
         axes[2].legend()
+    costs = report.get("cost_by_kind", {})
+    if costs:
+        names = list(costs)
+        axes[3].barh(names, [costs[name]["server_cpu_per_s"] * 100 for name in names])
+        axes[3].set_title("server CPU while each kind runs alone (replay)")
+        axes[3].set_xlabel("% of a core")
+        axes[3].tick_params(axis="y", labelsize=7)
     for axis in axes:
         axis.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -391,6 +445,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0, help="length of the hostile traffic")
     parser.add_argument("--quiet-seconds", type=float, default=60.0, help="normal streams alone, before it")
     parser.add_argument("--streams", type=int, default=10, help="normal streams running at once")
+    parser.add_argument("--kind-seconds", type=float, default=30.0, help="each hostile kind alone, on replay")
     parser.add_argument("--max-frames", type=int, default=200, help="frames per normal stream")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
@@ -412,6 +467,14 @@ def main() -> int:
 
         codes = np.random.default_rng(0).integers(0, 2048, (200, 16), dtype=np.int16)
         save_codes_file(folder / "clone.npz", codes, reference_codes=codes[:4])
+        plain = folder / "plain.npy"
+        save_codes_file(plain, codes)
+        print("replay: the cost of each hostile kind", flush=True)
+        replay = ServerProcess(["--replay", str(plain), "--replay-fps", "12.5"], cpus=server_cpus)
+        try:
+            report["cost_by_kind"] = cost_part(replay, args.kind_seconds)
+        finally:
+            replay.close()
         if args.refused:
             print("replay: refusing", flush=True)
             replay = ServerProcess(["--replay", str(folder / "clone.npz")], log=folder / "replay.log", cpus=server_cpus)

@@ -140,9 +140,10 @@ def test_non_ascii_text_cut_between_a_letter_and_its_accent_gives_the_same_codes
 
 
 def test_a_request_waiting_for_text_is_held_without_a_step(talker_engine, whole):
-    # Cut early: the talker reads the first 13 characters long before the 2 s are over.
+    # Cut early: the talker reads the first 13 characters long before the 3 s are over, even beside
+    # another engine busy on the other core.
     cut = REPLY.index("help") + 2
-    pieces = [(REPLY[:cut], 2.0), (REPLY[cut:], 0.0)]
+    pieces = [(REPLY[:cut], 3.0), (REPLY[cut:], 0.0)]
     spoken = talker_engine.run(speak(talker_engine.source, pieces, "held"))
     assert spoken.codes.tobytes() == whole.codes.tobytes()
     # The engine held it at schedules while the text was missing, and those cost no decode step.
@@ -208,3 +209,10 @@ def test_a_neighbouring_whole_text_request_is_byte_identical_to_a_quiet_server(t
         return np.concatenate(codes)
 
     assert talker_engine.run(beside()).tobytes() == quiet.tobytes()
+
+
+@pytest.mark.parametrize("nothing", ["   ", "\u200b\u200d\u2060 "], ids=["spaces", "invisible"])
+def test_a_text_with_nothing_to_say_ends_without_an_engine_step(talker_engine, nothing):
+    spoken = talker_engine.run(speak(talker_engine.source, [(nothing, 0.0)], f"nothing-{len(nothing)}"))
+    assert spoken.finished is not None and spoken.finished.reason is FinishReason.EOS
+    assert len(spoken.codes) == 0

@@ -85,3 +85,16 @@ def test_metrics_count_streams_frames_and_cancels(replay_server_factory):
     assert 'codecstream_streams_ended_total{reason="cancelled"} 1.0' in text
     assert 'codecstream_streams_ended_total{reason="max_frames"} 1.0' in text
     assert "codecstream_time_to_first_frame_seconds_count 2.0" in text
+
+
+def test_tokens_over_plaintext_beyond_loopback_are_warned_about(replay_server_factory, self_signed_cert, caplog):
+    cert, key = self_signed_cert
+
+    def warned(**options) -> bool:
+        caplog.clear()
+        replay_server_factory(auth_tokens=frozenset({TOKEN}), **options)
+        return any("bearer tokens over plaintext" in r.getMessage() for r in caplog.records)
+
+    assert warned(host="0.0.0.0")
+    assert not warned(host="127.0.0.1")
+    assert not warned(host="0.0.0.0", tls_cert=cert, tls_key=key)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import ipaddress
 import logging
 import pathlib
 import socket
@@ -158,6 +159,12 @@ class CodecStreamServer:
             credentials = grpc.ssl_server_credentials(
                 [(pathlib.Path(options.tls_key).read_bytes(), pathlib.Path(options.tls_cert).read_bytes())]
             )
+        if credentials is None and options.auth_tokens and not _is_loopback(options.host):
+            log.warning(
+                "bearer tokens over plaintext on %s: anyone on the path can read and reuse them; "
+                "serve TLS (--tls-cert, --tls-key) or put a TLS proxy in front",
+                options.host,
+            )
         try:
             if credentials is None:
                 self.port = self.server.add_insecure_port(address)
@@ -268,6 +275,16 @@ class CodecStreamServer:
 
     async def wait_for_termination(self) -> None:
         await self.server.wait_for_termination()
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) only ever reaches this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_bindable(host: str, port: int, what: str) -> None:

@@ -23,7 +23,7 @@ from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailab
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation, SegmentEnd
-from codecstream.server.text_input import StreamedText
+from codecstream.server.text_input import StreamedText, speakable
 
 #: A sentence ends at . ! ? … (closing quotes and brackets included) before a space, or at a CJK
 #: full stop, exclamation or question mark anywhere.
@@ -184,6 +184,8 @@ class SegmentedGeneration(Generation):
         text, limits = self._text, self._limits
         while not self._aborted:
             self._ready += self._segmenter.cut(text.text, text.flushed_to)
+            # A segment with nothing to say (invisible characters only) is not spoken.
+            self._ready = [s for s in self._ready if speakable(text.text[s.start : s.end])]
             if self._ready:
                 return self._ready.pop(0)
             if text.ended:

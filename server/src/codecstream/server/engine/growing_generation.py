@@ -23,7 +23,7 @@ from codecstream.server.errors import GenerationFailed
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Event, Finished, FinishReason, Frames, Generation, SegmentEnd
-from codecstream.server.text_input import StreamedText
+from codecstream.server.text_input import StreamedText, speakable
 from codecstream.server.text_tokens import IncrementalTokenizer
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,8 @@ class GrowingTalkerGeneration(Generation):
         if self._aborted:
             yield Finished(FinishReason.ABORTED)
             return
-        if not self._tokens.ids:  # the input ended with nothing to say (white space only)
+        if not self._tokens.ids or (self._tokens_ended and not speakable(self._text.text)):
+            # The input ended with nothing to say (white space or invisible characters only).
             yield Finished(FinishReason.EOS)
             return
         self._fed = len(self._tokens.ids)
