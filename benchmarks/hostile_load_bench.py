@@ -242,10 +242,24 @@ def phase(target: str, variant: str, args, hostile: str | None, seconds: float |
     """Normal streams here; the health prober and (`hostile`: "refused" or "largest") the hostile
     sender in processes of their own; for `seconds`."""
     seconds = seconds or args.seconds
-    gaps: list[float] = []
     helpers = [in_own_process(probe_health, target, seconds)]
     if hostile:
         helpers.append(in_own_process(send_hostile, target, variant, hostile == "largest", seconds))
+    gaps, streams, (health, *rest) = normal_streams_beside(target, variant, args, seconds, helpers)
+    return {
+        "streams_run": int(sum(streams)),
+        "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
+        "frame_gaps_s": [round(g, 5) for g in gaps],
+        "health_latency_ms": {k: v * 1000 for k, v in percentiles(health).items()},
+        "health_latencies_s": [round(h, 5) for h in health],
+        "hostile_requests": rest[0] if rest else [],
+    }
+
+
+def normal_streams_beside(target: str, variant: str, args, seconds: float, helpers: list) -> tuple:
+    """`args.streams` normal streams for `seconds` while `helpers` (in_own_process) run; the
+    gaps between frames, the streams run, and what each helper put on its queue."""
+    gaps: list[float] = []
 
     async def normal_streams() -> list[int]:
         until = time.monotonic() + seconds
@@ -256,17 +270,10 @@ def phase(target: str, variant: str, args, hostile: str | None, seconds: float |
             )
 
     streams = asyncio.run(normal_streams())
-    health, *rest = [queue.get(timeout=seconds + 300) for _, queue in helpers]
+    results = [queue.get(timeout=seconds + 600) for _, queue in helpers]
     for process, _ in helpers:
-        process.join(60)
-    return {
-        "streams_run": int(sum(streams)),
-        "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
-        "frame_gaps_s": [round(g, 5) for g in gaps],
-        "health_latency_ms": {k: v * 1000 for k, v in percentiles(health).items()},
-        "health_latencies_s": [round(h, 5) for h in health],
-        "hostile_requests": rest[0] if rest else [],
-    }
+        process.join(120)
+    return gaps, streams, results
 
 
 PHASES = ("quiet", "refused", "largest")

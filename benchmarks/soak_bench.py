@@ -51,13 +51,12 @@ from bench_record import RESULTS, machine, percentiles, versions
 from bench_servers import ServerProcess
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
-from codecstream.v1 import synthesis_pb2_grpc
 from hostile_load_bench import (
     MEAN_FRAMES,
     deploy_config,
     in_own_process,
     loop_lag,
-    normal_client,
+    normal_streams_beside,
     probe_health,
     tone,
     wav,
@@ -347,25 +346,12 @@ def cost_part(server: ServerProcess, seconds: float) -> dict:
 
 
 def hostile_part(server: ServerProcess, args, seconds: float, hostile: bool) -> dict:
-    gaps: list[float] = []
     metrics_before, cpu_before = server.metrics(METRICS), server.cpu_seconds()
     sampler = RssSampler(server.process.pid, period_s=5.0)
     helpers = [in_own_process(probe_health, server.target, seconds)]
     if hostile:
         helpers.append(in_own_process(send_hostile_mix, server.target, seconds))
-
-    async def normal_streams() -> list[int]:
-        until = time.monotonic() + seconds
-        async with grpc.aio.insecure_channel(server.target) as channel:
-            stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
-            return await asyncio.gather(
-                *(normal_client(stub, "custom_voice", i, until, gaps, args.max_frames) for i in range(args.streams))
-            )
-
-    streams = asyncio.run(normal_streams())
-    health, *rest = [queue.get(timeout=seconds + 600) for _, queue in helpers]
-    for process, _ in helpers:
-        process.join(120)
+    gaps, streams, (health, *rest) = normal_streams_beside(server.target, "custom_voice", args, seconds, helpers)
     samples = sampler.stop()
     metrics_after = server.metrics(METRICS)
     return {

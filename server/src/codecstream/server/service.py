@@ -55,8 +55,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self._message_rate = RateLimiter(limits.control_messages_per_s, limits.control_message_burst)
         #: Why new streams are refused (UNAVAILABLE); None while serving.
         self._unavailable: str | None = STARTING
-        #: Stream slots taken by opens still waiting on the reference audio or the engine.
-        self._opening = 0
+        #: Stream slots taken by opens still waiting on the reference audio or the engine, by client.
         self._opening_by: collections.Counter[str] = collections.Counter()
         self._background: set[asyncio.Task] = set()
 
@@ -242,7 +241,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         if self._unavailable:
             raise Refusal("UNAVAILABLE", self._unavailable)
         parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
-        active = self._opening + sum(1 for s in self.sessions.values() if not s.finished)
+        active = self._opening_by.total() + sum(1 for s in self.sessions.values() if not s.finished)
         if active >= self.limits.max_concurrent_streams:
             raise Refusal(
                 "RESOURCE_EXHAUSTED",
@@ -266,7 +265,6 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             )
         stream_id = uuid.uuid4().hex
         # The slot is taken before the first await, so concurrent opens cannot all pass the limit.
-        self._opening += 1
         self._opening_by[caller] += 1
         try:
             request = parsed.request
@@ -282,7 +280,6 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             self.metrics.errors.labels(kind="internal").inc()
             raise Refusal("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
         finally:
-            self._opening -= 1
             self._opening_by[caller] -= 1
             if not self._opening_by[caller]:
                 del self._opening_by[caller]
