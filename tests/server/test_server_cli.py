@@ -45,6 +45,16 @@ def test_bad_chunking_flag_exits_1(tmp_path):
     assert result.returncode == 1 and "chunk size 1 is 0 frames" in result.stderr
 
 
+def test_a_negative_per_client_stream_limit_exits_1_with_one_line(tmp_path):
+    codes = tmp_path / "c.npy"
+    save_codes_file(codes, random_codes(3))
+    result = run_server("--replay", str(codes), "--max-streams-per-client", "-1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "codecstream-server: error: --max-streams-per-client must be >= 0, got -1"
+    ]
+
+
 def test_usage_error_exits_2():
     assert run_server().returncode == 2
 

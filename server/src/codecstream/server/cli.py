@@ -191,6 +191,8 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         raise StartupError("--drain-delay must be 0-300 s and --shutdown-grace at least 0")
     if args.engine_restarts < 0:
         raise StartupError(f"--engine-restarts must be >= 0, got {args.engine_restarts}")
+    if args.max_streams_per_client < 0:
+        raise StartupError(f"--max-streams-per-client must be >= 0, got {args.max_streams_per_client}")
     limits = ServerLimits(
         max_text_chars=args.max_text_chars,
         max_instructions_chars=args.max_instructions_chars,
