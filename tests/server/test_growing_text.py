@@ -140,10 +140,10 @@ def test_non_ascii_text_cut_between_a_letter_and_its_accent_gives_the_same_codes
 
 
 def test_a_request_waiting_for_text_is_held_without_a_step(talker_engine, whole):
-    # Cut early: the talker reads the first 13 characters long before the 3 s are over, even beside
-    # another engine busy on the other core.
+    # Cut early: the talker reads the first 13 characters long before the 6 s are over, even beside
+    # an export or another engine busy on the other core (a fresh clone exports while this runs).
     cut = REPLY.index("help") + 2
-    pieces = [(REPLY[:cut], 3.0), (REPLY[cut:], 0.0)]
+    pieces = [(REPLY[:cut], 6.0), (REPLY[cut:], 0.0)]
     spoken = talker_engine.run(speak(talker_engine.source, pieces, "held"))
     assert spoken.codes.tobytes() == whole.codes.tobytes()
     # The engine held it at schedules while the text was missing, and those cost no decode step.
