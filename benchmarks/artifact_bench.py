@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import pathlib
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -155,8 +157,30 @@ def ensure_checkpoint() -> pathlib.Path:
     return path
 
 
+def decoder_source_digest() -> str:
+    """sha256 of the decoder and exporter sources: what an exported artifact and the eager
+    reference were computed by. A cached one made by other code is made again."""
+    digest = hashlib.sha256()
+    for package in ("decoder", "export"):
+        for path in sorted((ROOT / package / "src").rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_exported(directory: pathlib.Path, export) -> float | None:
+    """`export()` into `directory` unless it holds an export by the current sources; seconds taken or None."""
+    stamp = directory / "source.sha256"
+    if (directory / "manifest.json").exists() and stamp.exists() and stamp.read_text() == decoder_source_digest():
+        return None
+    shutil.rmtree(directory, ignore_errors=True)
+    began = time.perf_counter()
+    export()
+    stamp.write_text(decoder_source_digest())
+    return round(time.perf_counter() - began, 1)
+
+
 def ensure_reference(checkpoint: pathlib.Path) -> pathlib.Path:
-    path = CACHE / f"reference-{PARITY_FRAMES}.npy"
+    path = CACHE / f"reference-{PARITY_FRAMES}-{decoder_source_digest()[:12]}.npy"
     if not path.exists():
         from codecstream.decoder import decode_utterance, load_decoder
 
@@ -169,11 +193,7 @@ def ensure_artifact(checkpoint: pathlib.Path, backend: str, max_chunk: int) -> t
     if fmt == "torch":
         return checkpoint, None
     directory = CACHE / "artifacts" / f"stateful-{dtype}-{fmt}"
-    if (directory / "manifest.json").exists():
-        return directory, None
-    began = time.perf_counter()
-    export_artifact(checkpoint, directory, fmt, dtype, max_chunk)
-    return directory, round(time.perf_counter() - began, 1)
+    return directory, ensure_exported(directory, lambda: export_artifact(checkpoint, directory, fmt, dtype, max_chunk))
 
 
 def export_artifact(

@@ -76,6 +76,14 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def add_gemm_fractions(row: dict, work: dict, speed: dict) -> None:
+    """Beside each median: the FLOP rate it reaches as a fraction of the machine's fp32 GEMM rate."""
+    peak = max(speed["gemm_fp32_gflops"], speed["gemm_fp32_numpy_gflops"])
+    for phase in ("quiet", "contended"):
+        for chunk, timing in row.get(phase, {}).items():
+            timing["fraction_of_gemm_peak"] = round(work["flops"][chunk] / (timing["median_ms"] / 1000) / 1e9 / peak, 3)
+
+
 def plot(results: dict, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -111,6 +119,9 @@ def main() -> None:
     artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = artifact_bench.ensure_checkpoint()
     source, _ = artifact_bench.ensure_artifact(checkpoint, "onnx", 25)
+    work = artifact_bench.work_per_call(checkpoint, tuple(CALLS))
+    speed = artifact_bench.machine_speed()
+    log(f"machine speed: {speed}")
     load_before = os.getloadavg()
     rows = []
     for policy in POLICIES:
@@ -121,6 +132,7 @@ def main() -> None:
         row = (
             json.loads(lines[-1].removeprefix("RESULT ")) if lines else {"policy": policy, "error": done.stderr[-2000:]}
         )
+        add_gemm_fractions(row, work, speed)
         log(json.dumps(row.get("contended_p99_over_quiet_median", row)))
         rows.append(row)
     results = {
@@ -130,6 +142,8 @@ def main() -> None:
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "versions": versions("torch", "onnxruntime", "numpy"),
+        "machine_speed": speed,
+        "work_per_call": work,
         "policies": rows,
     }
     write_record(results, args.out, plot)

@@ -21,7 +21,7 @@ import threading
 import time
 
 import numpy as np
-from artifact_bench import export_artifact
+from artifact_bench import ensure_exported, export_artifact
 from bench_record import RESULTS, machine, write_record
 from bench_servers import ServerProcess
 from codecstream.client import Client
@@ -67,20 +67,26 @@ class SimulatedSpeaker(threading.Thread):
 def export_decoder(checkpoint: pathlib.Path, fmt: str) -> pathlib.Path:
     """The checkpoint's stateful fp32 decoder exported once to `fmt`, as a client would ship it."""
     out = CACHE / "artifacts" / f"{checkpoint.name}-stateful-fp32-{fmt}"
-    if not (out / "manifest.json").exists():
+
+    def export() -> None:
         print(f"exporting {checkpoint.name}'s decoder to {fmt} under {out} ...", flush=True)
         export_artifact(checkpoint / "speech_tokenizer", out, fmt)
+
+    ensure_exported(out, export)
     return out
 
 
-def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, seed: int, result: dict) -> None:
-    decoder = open_decoder(decoder_dir, backend=backend, threads=1)
+def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, seed: int, result: dict,
+               chunking: tuple[int, ...] | None = None, threads: int | None = 1) -> None:  # fmt: skip
+    """One stream played into a SimulatedSpeaker; `result` gets its timings. `chunking`: the ramp to
+    ask for (None: the server's default); `threads`: the decoder's (None: the runtime's default)."""
+    decoder = open_decoder(decoder_dir, backend=backend, threads=threads)
     buffer = JitterBuffer()
     with Client(target) as client:
         epoch = time.monotonic()
         speaker = SimulatedSpeaker(buffer, epoch)
         speaker.start()
-        stream = client.synthesize(text, decoder=decoder, voice="ryan", seed=seed)
+        stream = client.synthesize(text, decoder=decoder, voice="ryan", seed=seed, chunking=chunking)
         chunks = []
         for chunk in stream:
             buffer.push(chunk.samples, chunk.decode_s, chunk.arrived_s)

@@ -70,6 +70,14 @@ def test_same_seed_writes_the_same_weights_and_another_seed_does_not(tmp_path, t
     assert decoder_digest(other) != decoder_digest(again)
 
 
+def test_same_seed_writes_the_same_weights_whatever_the_callers_thread_count():
+    written = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)  # the autouse fixture restores the caller's count
+        written.append(random_decoder("tiny", seed=0, init="mild").state_dict())
+    assert [name for name, tensor in written[0].items() if not torch.equal(tensor, written[1][name])] == []
+
+
 def test_random_weights_are_not_degenerate(tiny_models):
     for init, model in tiny_models.items():
         pcm = decode_utterance(model, random_codes(40, seed=3))[1920:]

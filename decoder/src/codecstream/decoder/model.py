@@ -62,10 +62,11 @@ class Qwen3TTSDecoder(nn.Module):
 
     @torch.no_grad()
     def refresh_derived(self) -> None:
-        """Recompute the tables derived from parameters (codebooks, SnakeBeta exponentials)."""
+        """Recompute the tables derived from parameters (codebooks, SnakeBeta exponentials, the
+        sub-pixel transposed convs' rearranged weights)."""
         self.quantizer.refresh()
         for module in self.modules():
-            if isinstance(module, SnakeBeta):
+            if isinstance(module, (SnakeBeta, CausalTransposedConv1d)):
                 module.refresh()
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]

@@ -42,6 +42,8 @@ def mixed_precision(model: Qwen3TTSDecoder, dtype: torch.dtype = torch.bfloat16,
             continue
         if isinstance(module, (CausalConv1d, CausalTransposedConv1d)):
             module.conv.to(dtype)
+            if isinstance(module, CausalTransposedConv1d):
+                module.refresh()
         elif type(module) is nn.Linear:
             module.__class__ = LowPrecisionLinear
             module.to(dtype)

@@ -168,16 +168,23 @@ def _scale_output(model: Qwen3TTSDecoder, generator: torch.Generator) -> None:
     codes = torch.randint(
         0, model.config.codebook_size, (1, _CALIBRATION_FRAMES, model.config.num_quantizers), generator=generator
     )
-    hidden = model.front(codes)
-    for _, layer in model.conv_layers():
-        hidden = layer(hidden)
-    signal = hidden.flatten()[model.samples_per_frame :]
-    spread = float(signal.std())
+    # One thread: a conv's sums are split per thread, and the offset written into the last bias
+    # must not depend on how many threads the caller runs (the same seed writes the same weights).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        hidden = model.front(codes)
+        for _, layer in model.conv_layers():
+            hidden = layer(hidden)
+        signal = hidden.flatten()[model.samples_per_frame :]
+        spread, offset = float(signal.std()), float(signal.mean())
+    finally:
+        torch.set_num_threads(threads)
     if spread > 0:
         last = model.decoder[-1].conv
         scale = TARGET_RMS / spread
         last.weight.mul_(scale)
-        last.bias.copy_(-(float(signal.mean()) - last.bias) * scale)
+        last.bias.copy_(-(offset - last.bias) * scale)
 
 
 def write_speech_tokenizer(out_dir: Path, preset: str = "tiny", seed: int = 0, init: str = "mild") -> Path:

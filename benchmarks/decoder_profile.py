@@ -1,0 +1,222 @@
+"""Where a decode call's time goes on the default backend: ONNX Runtime's own per-operator profile.
+
+    .venv/bin/python benchmarks/decoder_profile.py                 # C = 1, 2, 8; ~3 minutes
+    .venv/bin/python benchmarks/decoder_profile.py --chunks 2,25
+
+The real-size stateful fp32 ONNX artifact (random weights, built under .cache/artifact_bench/ like
+artifact_bench's) runs in a session set up as the client's (OnnxProgram: all graph optimizations,
+no spinning, 2 intra-op threads) with ONNX Runtime's profiler on. After warm-up calls, each kernel's
+time is summed per call and grouped three ways: by operator type; by kind (matrix products, that
+is Conv, MatMul and their fused forms; element-wise arithmetic; data movement such as Concat,
+Slice and Transpose); and by the decoder source line that made the operator (from the exporter's
+stack traces in the file). The matrix products' FLOPs (counted on the eager model) over their
+summed time give the rate the GEMM kernels reach, beside the machine's fp32 GEMM rate measured
+in the same run: the gap between that rate and the whole call's is what the other kinds cost.
+
+Writes benchmarks/results/decoder_profile.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import re
+import shlex
+import sys
+import tempfile
+import time
+
+import artifact_bench
+import numpy as np
+from bench_record import RESULTS, machine, random_codes, versions, write_record
+
+MATRIX_PRODUCTS = {"Conv", "FusedConv", "MatMul", "FusedMatMul", "Gemm", "NchwcConv"}
+ELEMENT_WISE = {"Sin", "Cos", "Mul", "Add", "Sub", "Div", "Pow", "Neg", "Sqrt", "Reciprocal", "Erf", "Clip", "Where",
+                "Softmax", "LayerNormalization", "SimplifiedLayerNormalization", "ReduceMean", "QuickGelu", "Sigmoid",
+                "Tanh", "Max", "Min", "Equal", "Less", "Greater", "And", "Not", "Cast"}  # fmt: skip
+DATA_MOVEMENT = {"Concat", "Slice", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Split", "Pad", "Gather",
+                 "Expand", "Tile", "Identity", "Flatten", "ReorderInput", "ReorderOutput"}  # fmt: skip
+KINDS = ("matrix products", "element-wise", "data movement", "other")
+#: A stack-trace frame inside the decoder package: file, line, function.
+_FRAME = re.compile(r'File "[^"]*/codecstream/decoder/([a-z_]+\.py)", line (\d+), in (\w+)\n +(.+)')
+WARM_UP_CALLS = 2
+
+
+def kind_of(op: str) -> str:
+    if op in MATRIX_PRODUCTS:
+        return "matrix products"
+    if op in ELEMENT_WISE:
+        return "element-wise"
+    if op in DATA_MOVEMENT:
+        return "data movement"
+    return "other"
+
+
+def node_sources(path: pathlib.Path) -> dict[str, str]:
+    """Exported node name -> the innermost decoder source line that produced it ("file:line code")."""
+    import onnx
+
+    sources = {}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        trace = {prop.key: prop.value for prop in node.metadata_props}.get("pkg.torch.onnx.stack_trace", "")
+        frames = _FRAME.findall(trace)
+        if frames:
+            file, line, function, code = frames[-1]
+            sources[node.name] = f"{file}:{line} {function}: {code.strip()}"
+    return sources
+
+
+def profile_chunk(path: pathlib.Path, manifest: dict, chunk: int, calls: int, threads: int) -> tuple[list, list]:
+    """(per-call wall seconds, kernel events after the warm-up) for `calls` calls of `chunk` frames."""
+    import onnxruntime as ort
+    from codecstream.client.runtimes.onnx_program import OnnxProgram
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if OnnxProgram.allow_spinning else "0")
+    options.enable_profiling = True
+    options.profile_file_prefix = str(pathlib.Path(tempfile.gettempdir()) / f"decoder_profile_{os.getpid()}")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {
+        spec["name"]: np.zeros([d if isinstance(d, int) else 1 for d in spec["shape"]], dtype=spec["dtype"])
+        for spec in manifest["inputs"]
+    }
+    state_outputs = [spec["name"] for spec in manifest["outputs"][1:]]
+    stream = random_codes(chunk * (calls + WARM_UP_CALLS), 5).astype(np.int64)
+    wall = []
+    for index in range(calls + WARM_UP_CALLS):
+        feeds["codes"] = stream[None, index * chunk : (index + 1) * chunk]
+        began = time.perf_counter()
+        outputs = session.run(None, feeds)
+        if index >= WARM_UP_CALLS:
+            wall.append(time.perf_counter() - began)
+        for name, value in zip(state_outputs, outputs[1:], strict=True):
+            feeds[name.removeprefix("next.")] = value
+    trace = pathlib.Path(session.end_profiling())
+    events = json.loads(trace.read_text())
+    trace.unlink()
+    runs = sorted(event["ts"] for event in events if event.get("name") == "model_run")
+    after_warm_up = runs[WARM_UP_CALLS]
+    kernels = [
+        event
+        for event in events
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= after_warm_up
+    ]
+    return wall, kernels
+
+
+def summarize(wall: list, kernels: list, calls: int, flops: int, sources: dict, peak_gflops: float) -> dict:
+    per_op, per_kind, per_source = collections.Counter(), collections.Counter(), collections.Counter()
+    nodes = collections.Counter()
+    for event in kernels:
+        op, seconds = event["args"]["op_name"], event["dur"] / 1e6 / calls
+        per_op[op] += seconds
+        per_kind[kind_of(op)] += seconds
+        nodes[op] += 1
+        original = event["name"].removesuffix("_kernel_time").split("/")[0]
+        per_source[sources.get(original, "(not from the decoder package)")] += seconds
+    kernel_s = sum(per_op.values())
+    median = float(np.median(wall))
+    products_s = per_kind["matrix products"]
+    return {
+        "median_call_ms": round(median * 1000, 2),
+        "kernel_ms_per_call": round(kernel_s * 1000, 2),
+        "gflops": round(flops / median / 1e9, 1),
+        "fraction_of_gemm_peak": round(flops / median / 1e9 / peak_gflops, 3),
+        # Nearly every FLOP is in a matrix product: their rate over their own time.
+        "matrix_products_gflops": round(flops / products_s / 1e9, 1),
+        "matrix_products_fraction_of_gemm_peak": round(flops / products_s / 1e9 / peak_gflops, 3),
+        "by_kind_ms": {kind: round(per_kind[kind] * 1000, 2) for kind in KINDS},
+        "by_kind_share": {kind: round(per_kind[kind] / kernel_s, 3) for kind in KINDS},
+        "by_op": {
+            op: {"ms": round(seconds * 1000, 2), "share": round(seconds / kernel_s, 3), "nodes": nodes[op] // calls}
+            for op, seconds in per_op.most_common()
+        },
+        "top_sources": [
+            {"source": source, "ms": round(seconds * 1000, 2), "share": round(seconds / kernel_s, 3)}
+            for source, seconds in per_source.most_common(15)
+        ],
+    }
+
+
+def plot(record: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    chunks = list(record["chunks"])
+    figure, (kind_axis, op_axis) = plt.subplots(1, 2, figsize=(14, 5), constrained_layout=True)
+    left = np.zeros(len(chunks))
+    colors = {"matrix products": "tab:blue", "element-wise": "tab:orange", "data movement": "tab:green",
+              "other": "tab:gray"}  # fmt: skip
+    for kind in KINDS:
+        per_frame = np.array([record["chunks"][c]["by_kind_ms"][kind] / int(c) for c in chunks])
+        kind_axis.barh(chunks, per_frame, left=left, color=colors[kind], label=kind)
+        left += per_frame
+    for row, chunk in enumerate(chunks):
+        result = record["chunks"][chunk]
+        kind_axis.text(left[row], row, f"  {result['fraction_of_gemm_peak']:.0%} of the GEMM rate "
+                       f"(products alone {result['matrix_products_fraction_of_gemm_peak']:.0%})",
+                       va="center", fontsize=8)  # fmt: skip
+    kind_axis.set(xlabel="kernel ms per frame", ylabel="chunk C (frames)",
+                  title=f"decode call by kind, ONNX Runtime, {record['threads']} threads")  # fmt: skip
+    kind_axis.set_xlim(0, left.max() * 1.6)
+    kind_axis.legend(fontsize=8, loc="lower right")
+    largest = chunks[-1]
+    ops = list(record["chunks"][largest]["by_op"].items())[:12]
+    op_axis.barh([op for op, _ in ops][::-1], [row["share"] for _, row in ops][::-1],
+                 color=[colors[kind_of(op)] for op, _ in ops][::-1])  # fmt: skip
+    op_axis.set(xlabel="share of kernel time", title=f"operators at C = {largest}")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", default="1,2,8", type=lambda text: [int(c) for c in text.split(",")])
+    parser.add_argument("--calls", type=int, default=8, help="profiled calls per chunk size, after the warm-up")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "decoder_profile.json")
+    args = parser.parse_args()
+    artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
+    checkpoint = artifact_bench.ensure_checkpoint()
+    directory, _ = artifact_bench.ensure_artifact(checkpoint, "onnx", 25)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    path = directory / manifest["artifacts"]["onnx"]["file"]
+    work = artifact_bench.work_per_call(checkpoint, tuple(args.chunks))
+    sources = node_sources(path)
+    speed = artifact_bench.machine_speed()
+    peak = max(speed["gemm_fp32_gflops"], speed["gemm_fp32_numpy_gflops"])
+    print(f"[decoder_profile] machine speed: {speed}", file=sys.stderr, flush=True)
+    load_before = os.getloadavg()[0]
+    chunks = {}
+    for chunk in args.chunks:
+        wall, kernels = profile_chunk(path, manifest, chunk, args.calls, args.threads)
+        chunks[str(chunk)] = summarize(wall, kernels, args.calls, work["flops"][str(chunk)], sources, peak)
+        result = chunks[str(chunk)]
+        print(f"[decoder_profile] C={chunk}: {result['median_call_ms']} ms, {result['fraction_of_gemm_peak']:.0%} "
+              f"of the GEMM rate; by kind {result['by_kind_share']}", file=sys.stderr, flush=True)  # fmt: skip
+    record = {
+        "benchmark": "decoder_profile",
+        "artifact": "stateful fp32 ONNX, real-size random weights (artifact_bench's checkpoint), chunks up to 25",
+        "threads": args.threads,
+        "machine": machine(),
+        "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "machine_speed": speed,
+        "versions": versions("onnxruntime", "onnx", "torch", "numpy"),
+        "command": shlex.join([sys.executable.replace(str(artifact_bench.ROOT) + "/", ""), *sys.argv]),
+        "calls_per_chunk": args.calls,
+        "chunks": chunks,
+    }
+    write_record(record, args.out, plot)
+    print(f"[decoder_profile] wrote {args.out} and {args.out.with_suffix('.png')}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
