@@ -1,6 +1,6 @@
 """Where a decode call's time goes on the default backend: ONNX Runtime's own per-operator profile.
 
-    .venv/bin/python benchmarks/decoder_profile.py                 # C = 1, 2, 8; ~3 minutes
+    .venv/bin/python benchmarks/decoder_profile.py                 # C = 1, 2, 8; ~1 minute
     .venv/bin/python benchmarks/decoder_profile.py --chunks 2,25
 
 The real-size stateful fp32 ONNX artifact (random weights, built under .cache/artifact_bench/ like
@@ -8,10 +8,12 @@ artifact_bench's) runs in a session set up as the client's (OnnxProgram: all gra
 no spinning, 2 intra-op threads) with ONNX Runtime's profiler on. After warm-up calls, each kernel's
 time is summed per call and grouped three ways: by operator type; by kind (matrix products, that
 is Conv, MatMul and their fused forms; element-wise arithmetic; data movement such as Concat,
-Slice and Transpose); and by the decoder source line that made the operator (from the exporter's
-stack traces in the file). The matrix products' FLOPs (counted on the eager model) over their
-summed time give the rate the GEMM kernels reach, beside the machine's fp32 GEMM rate measured
-in the same run: the gap between that rate and the whole call's is what the other kinds cost.
+Slice and Transpose); and the costliest nodes with their input shapes (which say the layer).
+The matrix products' FLOPs (counted on the eager model) over their summed time give the rate
+the GEMM kernels reach, beside the machine's fp32 GEMM rate measured just before and after each
+chunk size's calls (the host's speed drifts): the gap between that rate and the whole call's is
+what the other kinds cost. Call times come from an unprofiled session run alongside (the
+profiler itself adds time per operator).
 
 Writes benchmarks/results/decoder_profile.json and .png.
 """
@@ -23,7 +25,6 @@ import collections
 import json
 import os
 import pathlib
-import re
 import shlex
 import sys
 import tempfile
@@ -40,8 +41,6 @@ ELEMENT_WISE = {"Sin", "Cos", "Mul", "Add", "Sub", "Div", "Pow", "Neg", "Sqrt", 
 DATA_MOVEMENT = {"Concat", "Slice", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Split", "Pad", "Gather",
                  "Expand", "Tile", "Identity", "Flatten", "ReorderInput", "ReorderOutput"}  # fmt: skip
 KINDS = ("matrix products", "element-wise", "data movement", "other")
-#: A stack-trace frame inside the decoder package: file, line, function.
-_FRAME = re.compile(r'File "[^"]*/codecstream/decoder/([a-z_]+\.py)", line (\d+), in (\w+)\n +(.+)')
 WARM_UP_CALLS = 2
 
 
@@ -55,22 +54,7 @@ def kind_of(op: str) -> str:
     return "other"
 
 
-def node_sources(path: pathlib.Path) -> dict[str, str]:
-    """Exported node name -> the innermost decoder source line that produced it ("file:line code")."""
-    import onnx
-
-    sources = {}
-    for node in onnx.load(str(path), load_external_data=False).graph.node:
-        trace = {prop.key: prop.value for prop in node.metadata_props}.get("pkg.torch.onnx.stack_trace", "")
-        frames = _FRAME.findall(trace)
-        if frames:
-            file, line, function, code = frames[-1]
-            sources[node.name] = f"{file}:{line} {function}: {code.strip()}"
-    return sources
-
-
-def profile_chunk(path: pathlib.Path, manifest: dict, chunk: int, calls: int, threads: int) -> tuple[list, list]:
-    """(per-call wall seconds, kernel events after the warm-up) for `calls` calls of `chunk` frames."""
+def _session(path: pathlib.Path, threads: int, profiled: bool):
     import onnxruntime as ort
     from codecstream.client.runtimes.onnx_program import OnnxProgram
 
@@ -79,25 +63,37 @@ def profile_chunk(path: pathlib.Path, manifest: dict, chunk: int, calls: int, th
     options.inter_op_num_threads = 1
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if OnnxProgram.allow_spinning else "0")
-    options.enable_profiling = True
-    options.profile_file_prefix = str(pathlib.Path(tempfile.gettempdir()) / f"decoder_profile_{os.getpid()}")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = {
+    if profiled:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(pathlib.Path(tempfile.gettempdir()) / f"decoder_profile_{os.getpid()}")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def profile_chunk(path: pathlib.Path, manifest: dict, chunk: int, calls: int, threads: int) -> tuple[list, list]:
+    """(per-call wall seconds, kernel events after the warm-up) for `calls` calls of `chunk` frames.
+
+    The profiler adds time per operator (about 900 of them), so the wall times come from a second,
+    unprofiled session whose calls alternate with the profiled one's over the same stream.
+    """
+    sessions = {"plain": _session(path, threads, False), "profiled": _session(path, threads, True)}
+    zeros = {
         spec["name"]: np.zeros([d if isinstance(d, int) else 1 for d in spec["shape"]], dtype=spec["dtype"])
         for spec in manifest["inputs"]
     }
+    feeds = {name: dict(zeros) for name in sessions}
     state_outputs = [spec["name"] for spec in manifest["outputs"][1:]]
     stream = random_codes(chunk * (calls + WARM_UP_CALLS), 5).astype(np.int64)
     wall = []
     for index in range(calls + WARM_UP_CALLS):
-        feeds["codes"] = stream[None, index * chunk : (index + 1) * chunk]
-        began = time.perf_counter()
-        outputs = session.run(None, feeds)
-        if index >= WARM_UP_CALLS:
-            wall.append(time.perf_counter() - began)
-        for name, value in zip(state_outputs, outputs[1:], strict=True):
-            feeds[name.removeprefix("next.")] = value
-    trace = pathlib.Path(session.end_profiling())
+        for name, session in sessions.items():
+            feeds[name]["codes"] = stream[None, index * chunk : (index + 1) * chunk]
+            began = time.perf_counter()
+            outputs = session.run(None, feeds[name])
+            if index >= WARM_UP_CALLS and name == "plain":
+                wall.append(time.perf_counter() - began)
+            for output, value in zip(state_outputs, outputs[1:], strict=True):
+                feeds[name][output.removeprefix("next.")] = value
+    trace = pathlib.Path(sessions["profiled"].end_profiling())
     events = json.loads(trace.read_text())
     trace.unlink()
     runs = sorted(event["ts"] for event in events if event.get("name") == "model_run")
@@ -110,16 +106,24 @@ def profile_chunk(path: pathlib.Path, manifest: dict, chunk: int, calls: int, th
     return wall, kernels
 
 
-def summarize(wall: list, kernels: list, calls: int, flops: int, sources: dict, peak_gflops: float) -> dict:
-    per_op, per_kind, per_source = collections.Counter(), collections.Counter(), collections.Counter()
-    nodes = collections.Counter()
+def gemm_rate() -> float:
+    """The machine's fp32 GEMM rate now (GFLOP/s, the better of torch and numpy): it drifts with
+    the host's other tenants, so it is taken beside each chunk size's calls."""
+    speed = artifact_bench.machine_speed()
+    return max(speed["gemm_fp32_gflops"], speed["gemm_fp32_numpy_gflops"])
+
+
+def summarize(wall: list, kernels: list, calls: int, flops: int, peak_gflops: float) -> dict:
+    per_op, per_kind, per_node = collections.Counter(), collections.Counter(), collections.Counter()
+    nodes, shapes = collections.Counter(), {}
     for event in kernels:
         op, seconds = event["args"]["op_name"], event["dur"] / 1e6 / calls
         per_op[op] += seconds
         per_kind[kind_of(op)] += seconds
         nodes[op] += 1
-        original = event["name"].removesuffix("_kernel_time").split("/")[0]
-        per_source[sources.get(original, "(not from the decoder package)")] += seconds
+        node = (event["name"].removesuffix("_kernel_time"), op)
+        per_node[node] += seconds
+        shapes[node] = [next(iter(shape.values())) for shape in event["args"].get("input_type_shape", [])]
     kernel_s = sum(per_op.values())
     median = float(np.median(wall))
     products_s = per_kind["matrix products"]
@@ -137,9 +141,10 @@ def summarize(wall: list, kernels: list, calls: int, flops: int, sources: dict, 
             op: {"ms": round(seconds * 1000, 2), "share": round(seconds / kernel_s, 3), "nodes": nodes[op] // calls}
             for op, seconds in per_op.most_common()
         },
-        "top_sources": [
-            {"source": source, "ms": round(seconds * 1000, 2), "share": round(seconds / kernel_s, 3)}
-            for source, seconds in per_source.most_common(15)
+        # The exporter's node names say little; the input shapes say which layer (channels, samples).
+        "top_nodes": [
+            {"node": node, "op": op, "input_shapes": shapes[(node, op)], "ms": round(seconds * 1000, 2)}
+            for (node, op), seconds in per_node.most_common(15)
         ],
     }
 
@@ -167,7 +172,7 @@ def plot(record: dict, path: pathlib.Path) -> None:
     kind_axis.set(xlabel="kernel ms per frame", ylabel="chunk C (frames)",
                   title=f"decode call by kind, ONNX Runtime, {record['threads']} threads")  # fmt: skip
     kind_axis.set_xlim(0, left.max() * 1.6)
-    kind_axis.legend(fontsize=8, loc="lower right")
+    kind_axis.legend(fontsize=8, loc="upper right")
     largest = chunks[-1]
     ops = list(record["chunks"][largest]["by_op"].items())[:12]
     op_axis.barh([op for op, _ in ops][::-1], [row["share"] for _, row in ops][::-1],
@@ -190,16 +195,18 @@ def main() -> None:
     manifest = json.loads((directory / "manifest.json").read_text())
     path = directory / manifest["artifacts"]["onnx"]["file"]
     work = artifact_bench.work_per_call(checkpoint, tuple(args.chunks))
-    sources = node_sources(path)
     speed = artifact_bench.machine_speed()
-    peak = max(speed["gemm_fp32_gflops"], speed["gemm_fp32_numpy_gflops"])
     print(f"[decoder_profile] machine speed: {speed}", file=sys.stderr, flush=True)
     load_before = os.getloadavg()[0]
     chunks = {}
     for chunk in args.chunks:
+        before = gemm_rate()
         wall, kernels = profile_chunk(path, manifest, chunk, args.calls, args.threads)
-        chunks[str(chunk)] = summarize(wall, kernels, args.calls, work["flops"][str(chunk)], sources, peak)
+        rates = (before, gemm_rate())
+        peak = sum(rates) / 2
+        chunks[str(chunk)] = summarize(wall, kernels, args.calls, work["flops"][str(chunk)], peak)
         result = chunks[str(chunk)]
+        result["gemm_fp32_gflops_before_after"] = [round(rate, 1) for rate in rates]
         print(f"[decoder_profile] C={chunk}: {result['median_call_ms']} ms, {result['fraction_of_gemm_peak']:.0%} "
               f"of the GEMM rate; by kind {result['by_kind_share']}", file=sys.stderr, flush=True)  # fmt: skip
     record = {

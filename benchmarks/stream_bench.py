@@ -27,6 +27,7 @@ from bench_servers import ServerProcess
 from codecstream.client import Client
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import open_decoder
+from codecstream.protocol.chunking import ChunkSchedule
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
@@ -81,7 +82,7 @@ def one_stream(target: str, decoder_dir: pathlib.Path, backend: str, text: str, 
     """One stream played into a SimulatedSpeaker; `result` gets its timings. `chunking`: the ramp to
     ask for (None: the server's default); `threads`: the decoder's (None: the runtime's default)."""
     decoder = open_decoder(decoder_dir, backend=backend, threads=threads)
-    buffer = JitterBuffer()
+    buffer = JitterBuffer(schedule=ChunkSchedule(chunking) if chunking else None)
     with Client(target) as client:
         epoch = time.monotonic()
         speaker = SimulatedSpeaker(buffer, epoch)

@@ -1,5 +1,7 @@
 import numpy as np
+import pytest
 from codecstream.client.jitter_buffer import SAFETY_MARGIN_S, JitterBuffer
+from codecstream.protocol.chunking import ChunkSchedule
 
 RATE = 24_000
 
@@ -55,17 +57,64 @@ def test_automatic_delay_covers_measured_decode_time_and_lateness():
 
 
 def test_a_slow_first_chunk_is_not_lateness():
-    buffer = JitterBuffer(RATE)
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule((2,)))  # chunks of one size: the need is one decode
     buffer.push(tone(0.16), decode_s=0.03, arrived_s=5.0)  # the request took 5 s: that is latency, not jitter
-    buffer.push(tone(0.32), decode_s=0.03, arrived_s=5.10)  # ahead of schedule
+    buffer.push(tone(0.16), decode_s=0.03, arrived_s=5.10)  # ahead of schedule
     assert buffer.stats.playout_delay_s < 0.03 + SAFETY_MARGIN_S + 1e-9
 
 
 def test_automatic_delay_grows_after_an_underrun():
-    buffer = JitterBuffer(RATE)
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule((1,)))
     buffer.push(tone(0.05), decode_s=0.01)
     before = buffer.stats.playout_delay_s
     for _ in range(5):
         buffer.pull(480)
     assert buffer.stats.underruns == 1
     assert buffer.stats.playout_delay_s > before
+
+
+def test_the_delay_covers_the_larger_chunks_the_schedule_brings_next():
+    # 1 frame decoded at 0.75x real time; the 2, 4, 8, 16 and 25-frame chunks after it take 0.75x
+    # their audio too, while only what came before them plays: the 16-frame chunk is the tightest.
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule((1, 2, 4, 8, 16, 25)))
+    buffer.push(tone(0.08), decode_s=0.06)
+    tightest = 0.75 * (0.16 + 0.32 + 0.64 + 1.28 + 2.0) - (0.16 + 0.32 + 0.64 + 1.28)
+    assert buffer.stats.playout_delay_s == pytest.approx(min(1.0, tightest + SAFETY_MARGIN_S))
+
+
+def simulate(schedule: tuple[int, ...], decode_per_audio_s: float, frames: int) -> JitterBuffer:
+    """Chunks decoded back to back at `decode_per_audio_s` seconds per second of audio (the frames
+    arrive sooner than that), played by a speaker pulling 20 ms blocks in real time."""
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule(schedule))
+    sizes = ChunkSchedule(schedule).split(frames)
+    decoded_at, now = [], 0.0
+    for size in sizes:
+        now += decode_per_audio_s * size * 0.08
+        decoded_at.append(now)
+    clock, pushed = 0.0, 0
+    while not buffer.finished:
+        while pushed < len(sizes) and decoded_at[pushed] <= clock + 1e-9:
+            seconds = sizes[pushed] * 0.08
+            buffer.push(tone(seconds), decode_s=decode_per_audio_s * seconds)
+            pushed += 1
+            if pushed == len(sizes):
+                buffer.end_of_stream()
+        buffer.pull(480)
+        clock += 0.02
+    return buffer
+
+
+@pytest.mark.parametrize("schedule", [(1, 2, 4, 8, 16, 25), (2, 4, 8, 16, 25), (1, 3, 6, 12, 25)])
+@pytest.mark.parametrize("decode_per_audio_s", [0.3, 0.6, 0.7])
+def test_a_ramp_decoded_slower_than_it_grows_plays_without_an_underrun(schedule, decode_per_audio_s):
+    buffer = simulate(schedule, decode_per_audio_s, frames=150)
+    assert buffer.stats.underruns == 0, buffer.stats
+
+
+def test_a_speaker_pulling_before_the_first_chunk_is_waiting_not_an_underrun():
+    buffer = JitterBuffer(RATE)
+    for _ in range(10):  # 200 ms of a speaker started before the request
+        assert not buffer.pull(480).any()
+    buffer.push(tone(0.16), decode_s=0.01)
+    buffer.pull(480)
+    assert buffer.stats.underruns == 0 and buffer.stats.stall_s == 0

@@ -2,8 +2,11 @@
 
 The decoder thread pushes PCM as chunks are decoded; the audio callback pulls fixed blocks. Play
 starts once `playout_delay_s` of audio is buffered (or the stream has ended). The delay is chosen
-from what is measured — chunk decode times and how late chunks arrive against their real-time
-schedule — and grows after an underrun, so a slow device buffers more and a fast one starts sooner.
+from what is measured — how long decoding takes per second of audio, and how late chunks arrive
+against their real-time schedule — and from the chunk schedule the stream follows: while chunks
+grow (a ramp), the next one takes longer to decode than the audio before it lasts, so the buffer
+must already hold the difference. It grows after an underrun, so a slow device buffers more and a
+fast one starts sooner.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import statistics
 import threading
 
 import numpy as np
+from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ
+from codecstream.protocol.pcm import FRAME_SECONDS
 
 #: Added to the measured need: scheduling noise of the audio callback and the decode thread.
 SAFETY_MARGIN_S = 0.02
@@ -31,9 +36,15 @@ class JitterStats:
 
 
 class JitterBuffer:
-    def __init__(self, sample_rate: int = SAMPLE_RATE_HZ, playout_delay_s: float | None = None) -> None:
+    """`schedule`: the chunk sizes the stream brings (the server's default ramp unless the request
+    asked for another); `playout_delay_s`: a fixed delay instead of the measured one."""
+
+    def __init__(self, sample_rate: int = SAMPLE_RATE_HZ, playout_delay_s: float | None = None,
+                 schedule: ChunkSchedule | None = None) -> None:  # fmt: skip
         self.sample_rate = sample_rate
         self._fixed_delay = playout_delay_s
+        self._schedule = schedule or ChunkSchedule()
+        self._chunks = 0
         self._blocks: collections.deque[np.ndarray] = collections.deque()
         self._offset = 0  # samples of _blocks[0] already played
         self._buffered = 0
@@ -42,6 +53,7 @@ class JitterBuffer:
         self._ended = False
         self._in_underrun = False
         self._decode_s: list[float] = []
+        self._audio_s: list[float] = []
         self._first_arrival_s: float | None = None
         self._pushed = 0
         self._lateness_s: list[float] = []
@@ -60,6 +72,8 @@ class JitterBuffer:
                     self._first_arrival_s = arrived_s
                 lateness_s = max(0.0, arrived_s - self._first_arrival_s - self._pushed / self.sample_rate)
             self._pushed += len(samples)
+            self._chunks += 1
+            self._audio_s.append(len(samples) / self.sample_rate)
             self._blocks.append(np.asarray(samples, dtype=np.float32))
             self._buffered += len(samples)
             self._decode_s.append(decode_s)
@@ -72,10 +86,35 @@ class JitterBuffer:
             self._ended = True
 
     def _estimated_need(self) -> float:
-        decode = max(self._decode_s[-8:])
         jitter = statistics.pstdev(self._lateness_s) if len(self._lateness_s) > 1 else 0.0
         lateness = max(0.0, max(self._lateness_s))
-        return min(MAX_PLAYOUT_DELAY_S, decode + lateness + 2 * jitter + SAFETY_MARGIN_S)
+        return min(MAX_PLAYOUT_DELAY_S, self._decode_need() + lateness + 2 * jitter + SAFETY_MARGIN_S)
+
+    def _decode_need(self) -> float:
+        """Audio that must be buffered now for the chunks still to come to be decoded in time.
+
+        Chunk m after the ones pushed is ready when the decoder has spent rate x (their audio, up
+        to and including m) and must play when the buffer and the chunks before m have played:
+        the need is the largest difference. `rate` (decode seconds per audio second) is the
+        slowest of the recent chunks: the first, smallest chunks cost the most per second, so the
+        estimate errs towards buffering more.
+        """
+        recent = list(zip(self._decode_s[-8:], self._audio_s[-8:], strict=True))
+        rate = max(decode / audio for decode, audio in recent if audio > 0) if recent else 0.0
+        if rate >= 1.0:
+            return MAX_PLAYOUT_DELAY_S  # the decoder falls behind whatever the chunks: buffer the most
+        need, decoded, ahead = max(self._decode_s[-8:]), 0.0, 0.0
+        for frames in self._upcoming_frames():
+            decoded += rate * frames * FRAME_SECONDS
+            need = max(need, decoded - ahead)
+            ahead += frames * FRAME_SECONDS
+        return need
+
+    def _upcoming_frames(self) -> list[int]:
+        """The sizes of the next chunks up to the schedule's first repeat of its last size: after
+        that the chunks stop growing, and with rate < 1 the need only shrinks."""
+        sizes = self._schedule.sizes
+        return [*sizes[self._chunks :], sizes[-1]]
 
     # -- consumer (audio callback) -------------------------------------------------------------
 
@@ -93,7 +132,10 @@ class JitterBuffer:
         out = np.zeros(frames, dtype=np.float32)
         with self._lock:
             if not self._started:
-                if self._buffered / self.sample_rate < self.stats.playout_delay_s and not self._ended:
+                # Before the first chunk the speaker waits for the stream: not a stall (the automatic
+                # delay is still 0 then).
+                waiting = self._pushed == 0 or self._buffered / self.sample_rate < self.stats.playout_delay_s
+                if waiting and not self._ended:
                     return out
                 self._started = True
             filled = 0

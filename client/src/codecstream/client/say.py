@@ -16,6 +16,7 @@ from codecstream.client.commands import add_connection_arguments, add_request_ar
 from codecstream.client.decoder_download import AUTO
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import BACKENDS
+from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.pcm import FRAME_SECONDS
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -40,7 +41,9 @@ class LiveLine:
 def run_say(args: argparse.Namespace) -> int:
     if not args.out and not args.play:
         raise CommandError("nothing to do with the audio: pass --out FILE.wav and/or --play", exit_code=2)
-    buffer = JitterBuffer()
+    options = request_options(args)
+    # The buffer plans for the chunks the stream will bring: the ramp asked for, else the default.
+    buffer = JitterBuffer(schedule=ChunkSchedule(tuple(options["chunking"])) if "chunking" in options else None)
     speaker = None
     if args.play:
         try:
@@ -53,10 +56,10 @@ def run_say(args: argparse.Namespace) -> int:
     wav = WavWriter(args.out) if args.out else None
     with connect(args) as client:
         if args.text == "-":
-            stream = client.stream_text(decoder=args.decoder, backend=args.backend, **request_options(args))
+            stream = client.stream_text(decoder=args.decoder, backend=args.backend, **options)
             threading.Thread(target=_feed_stdin, args=(stream,), daemon=True, name="codecstream-stdin").start()
         else:
-            stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **request_options(args))
+            stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **options)
         try:
             for chunk in stream:
                 if wav:
