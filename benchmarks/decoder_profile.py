@@ -172,7 +172,7 @@ def plot(record: dict, path: pathlib.Path) -> None:
     kind_axis.set(xlabel="kernel ms per frame", ylabel="chunk C (frames)",
                   title=f"decode call by kind, ONNX Runtime, {record['threads']} threads")  # fmt: skip
     kind_axis.set_xlim(0, left.max() * 1.6)
-    kind_axis.legend(fontsize=8, loc="upper right")
+    kind_axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(KINDS))
     largest = chunks[-1]
     ops = list(record["chunks"][largest]["by_op"].items())[:12]
     op_axis.barh([op for op, _ in ops][::-1], [row["share"] for _, row in ops][::-1],

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from codecstream.client.jitter_buffer import SAFETY_MARGIN_S, JitterBuffer
+from codecstream.client.jitter_buffer import DECODE_HEADROOM, SAFETY_MARGIN_S, JitterBuffer
 from codecstream.protocol.chunking import ChunkSchedule
 
 RATE = 24_000
@@ -60,7 +60,8 @@ def test_a_slow_first_chunk_is_not_lateness():
     buffer = JitterBuffer(RATE, schedule=ChunkSchedule((2,)))  # chunks of one size: the need is one decode
     buffer.push(tone(0.16), decode_s=0.03, arrived_s=5.0)  # the request took 5 s: that is latency, not jitter
     buffer.push(tone(0.16), decode_s=0.03, arrived_s=5.10)  # ahead of schedule
-    assert buffer.stats.playout_delay_s < 0.03 + SAFETY_MARGIN_S + 1e-9
+    # The need is the next chunk's wait at this arrival pace plus its decode (0.106 s), no 5 s.
+    assert buffer.stats.playout_delay_s == pytest.approx(0.1 + DECODE_HEADROOM * 0.03 - 0.03 + SAFETY_MARGIN_S)
 
 
 def test_automatic_delay_grows_after_an_underrun():
@@ -74,10 +75,11 @@ def test_automatic_delay_grows_after_an_underrun():
 
 
 def test_the_delay_covers_the_larger_chunks_the_schedule_brings_next():
-    # 1 frame decoded at 0.75x real time; the 2, 4, 8, 16 and 25-frame chunks after it take 0.75x
-    # their audio too, while only what came before them plays: the 16-frame chunk is the tightest.
+    # 1 frame decoded at 0.625x real time, planned at 0.75x with the headroom; the 2, 4, 8, 16 and
+    # 25-frame chunks after it take as long per second, while only what came before them plays:
+    # the 25-frame chunk is the tightest.
     buffer = JitterBuffer(RATE, schedule=ChunkSchedule((1, 2, 4, 8, 16, 25)))
-    buffer.push(tone(0.08), decode_s=0.06)
+    buffer.push(tone(0.08), decode_s=0.05 * 0.75 / (0.625 * DECODE_HEADROOM))
     tightest = 0.75 * (0.16 + 0.32 + 0.64 + 1.28 + 2.0) - (0.16 + 0.32 + 0.64 + 1.28)
     assert buffer.stats.playout_delay_s == pytest.approx(min(1.0, tightest + SAFETY_MARGIN_S))
 
@@ -118,3 +120,27 @@ def test_a_speaker_pulling_before_the_first_chunk_is_waiting_not_an_underrun():
     buffer.push(tone(0.16), decode_s=0.01)
     buffer.pull(480)
     assert buffer.stats.underruns == 0 and buffer.stats.stall_s == 0
+
+
+def test_a_fixed_cost_per_call_is_told_from_the_cost_per_second():
+    # 20 ms per call plus 0.5 s per second of audio: once two sizes were seen, the 25-frame chunks
+    # to come are planned at what they will cost, not at the first chunk's higher rate per second.
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule((1, 2, 4, 8, 16, 25)))
+    for frames in (1, 2):
+        buffer.push(tone(frames * 0.08), decode_s=0.02 + 0.5 * frames * 0.08)
+    sizes = [0.32, 0.64, 1.28, 2.0, 2.0]
+    planned = [DECODE_HEADROOM * (0.02 + 0.5 * size) for size in sizes]
+    need = max(sum(planned[: m + 1]) - sum(sizes[:m]) for m in range(len(sizes)))
+    assert buffer.stats.playout_delay_s == pytest.approx(need + SAFETY_MARGIN_S, abs=1e-6)
+
+
+def test_chunks_that_arrive_slower_than_they_decode_are_waited_for():
+    # A 2x-real-time server: a 16-frame chunk is sent 0.64 s after the 8-frame one; decoding is
+    # quick, so the wait for the frames to be made is what the buffer must cover.
+    buffer = JitterBuffer(RATE, schedule=ChunkSchedule((2, 4, 8, 16, 25)))
+    buffer.push(tone(0.16), decode_s=0.01, arrived_s=0.0)
+    buffer.push(tone(0.32), decode_s=0.01, arrived_s=0.16)
+    quick = JitterBuffer(RATE, schedule=ChunkSchedule((2, 4, 8, 16, 25)))
+    quick.push(tone(0.16), decode_s=0.01)
+    quick.push(tone(0.32), decode_s=0.01)
+    assert buffer.stats.playout_delay_s > quick.stats.playout_delay_s + 0.2

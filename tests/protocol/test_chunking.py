@@ -4,12 +4,12 @@ from codecstream.v1 import synthesis_pb2 as pb
 
 
 def test_default_schedule_ramps_then_repeats_its_last_size():
-    assert ChunkSchedule().split(100) == [2, 4, 8, 16, 25, 25, 20]
+    assert ChunkSchedule().split(100) == [1, 2, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 5]
 
 
 def test_policy_with_only_a_first_chunk_keeps_the_default_ramp():
-    schedule = ChunkSchedule.from_policy(pb.ChunkingPolicy(first_chunk_frames=1))
-    assert schedule.sizes == (1, 4, 8, 16, 25)
+    schedule = ChunkSchedule.from_policy(pb.ChunkingPolicy(first_chunk_frames=3))
+    assert schedule.sizes == (3, 2, 4, 8)
 
 
 def test_unset_policy_is_the_default():

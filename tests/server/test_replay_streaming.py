@@ -103,5 +103,5 @@ def test_codec_info_and_voices(replay_server):
         voices = client.voices()
     assert info.codec.codec_name == "qwen3-tts-tokenizer-12hz"
     assert info.max_frames == 2048 and info.max_text_chars == 2000
-    assert list(info.default_chunking.ramp_frames) == [4, 8, 16, 25]
+    assert list(info.default_chunking.ramp_frames) == [2, 4, 8]
     assert "vivian" in {v.name for v in voices}

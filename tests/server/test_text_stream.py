@@ -151,7 +151,7 @@ def test_a_sentence_cut_short_while_it_is_generated_counts_only_the_words_its_pl
     server = replay_server_factory(codes=random_codes(100), fps=25.0, decoder_digest=decoder_digest(checkpoint))
     text = "The next train to the airport leaves at nine from platform four, and it is on time today."
     with Client(server.target) as client:
-        stream = client.stream_text(text, decoder=open_decoder(checkpoint))
+        stream = client.stream_text(text, decoder=open_decoder(checkpoint), chunking=[2, 4, 8, 16, 25])
         stream.end_input()
         chunks = [next(stream) for _ in range(2)]  # 6 of the sentence's 100 frames
         end = stream.cancel(played_frames=6)
@@ -168,7 +168,7 @@ def test_a_whole_text_cancelled_after_a_quarter_second_counts_a_word_or_two_hear
         "and the one after it at half past nine."
     )
     with Client(server.target) as client:
-        stream = client.synthesize(text, decoder=open_decoder(checkpoint))
+        stream = client.synthesize(text, decoder=open_decoder(checkpoint), chunking=[2, 4, 8, 16, 25])
         chunks = [next(stream) for _ in range(3)]  # 2 + 4 + 8 frames generated
         end = stream.cancel(played_frames=3)
     assert sum(c.num_frames for c in chunks) == 14
@@ -267,5 +267,5 @@ def test_every_segment_starts_on_the_schedule_s_small_first_chunk(server, checkp
     sizes: dict = {}
     for chunk in chunks:
         sizes.setdefault((chunk.text_start, chunk.text_end), []).append(chunk.num_frames)
-    # Default chunking 2, 4, 8, ... over each segment's 12 frames, the second as soon as the first.
-    assert list(sizes.values()) == [[2, 4, 6], [2, 4, 6]]
+    # Default chunking 1, 2, 4, 8 over each segment's 12 frames, the second as soon as the first.
+    assert list(sizes.values()) == [[1, 2, 4, 5], [1, 2, 4, 5]]

@@ -24,6 +24,9 @@ from codecstream.protocol.pcm import FRAME_SECONDS
 #: Added to the measured need: scheduling noise of the audio callback and the decode thread.
 SAFETY_MARGIN_S = 0.02
 MAX_PLAYOUT_DELAY_S = 1.0
+#: The predicted decode time of a coming chunk is scaled by this: calls of one size vary by 10-30%
+#: on shared cores (artifact_bench.json: p90 over median 1.1-1.3).
+DECODE_HEADROOM = 1.2
 
 
 @dataclasses.dataclass
@@ -45,6 +48,7 @@ class JitterBuffer:
         self._fixed_delay = playout_delay_s
         self._schedule = schedule or ChunkSchedule()
         self._chunks = 0
+        self._underrun_floor_s = 0.0
         self._blocks: collections.deque[np.ndarray] = collections.deque()
         self._offset = 0  # samples of _blocks[0] already played
         self._buffered = 0
@@ -54,6 +58,7 @@ class JitterBuffer:
         self._in_underrun = False
         self._decode_s: list[float] = []
         self._audio_s: list[float] = []
+        self._arrived_s: list[float | None] = []
         self._first_arrival_s: float | None = None
         self._pushed = 0
         self._lateness_s: list[float] = []
@@ -74,12 +79,15 @@ class JitterBuffer:
             self._pushed += len(samples)
             self._chunks += 1
             self._audio_s.append(len(samples) / self.sample_rate)
+            self._arrived_s.append(arrived_s)
             self._blocks.append(np.asarray(samples, dtype=np.float32))
             self._buffered += len(samples)
             self._decode_s.append(decode_s)
             self._lateness_s.append(lateness_s)
             if self._fixed_delay is None:
-                self.stats.playout_delay_s = max(self.stats.playout_delay_s, self._estimated_need())
+                # The estimate may shrink as chunks of more sizes show the decoder's cost; never
+                # below what an underrun taught.
+                self.stats.playout_delay_s = max(self._underrun_floor_s, self._estimated_need())
 
     def end_of_stream(self) -> None:
         with self._lock:
@@ -93,22 +101,48 @@ class JitterBuffer:
     def _decode_need(self) -> float:
         """Audio that must be buffered now for the chunks still to come to be decoded in time.
 
-        Chunk m after the ones pushed is ready when the decoder has spent rate x (their audio, up
-        to and including m) and must play when the buffer and the chunks before m have played:
-        the need is the largest difference. `rate` (decode seconds per audio second) is the
-        slowest of the recent chunks: the first, smallest chunks cost the most per second, so the
-        estimate errs towards buffering more.
+        Chunk m after the ones pushed is ready when it has arrived (a chunk is sent once all its
+        frames are made, at the pace the arrivals so far show) and the decoder has decoded it after
+        the chunks before it; it must play when the buffer and the chunks before m have played. The
+        need is the largest difference. Without arrival times, chunks count as already there.
         """
-        recent = list(zip(self._decode_s[-8:], self._audio_s[-8:], strict=True))
-        rate = max(decode / audio for decode, audio in recent if audio > 0) if recent else 0.0
-        if rate >= 1.0:
+        fixed_s, per_audio_s = self._decode_model()
+        if per_audio_s >= 1.0:
             return MAX_PLAYOUT_DELAY_S  # the decoder falls behind whatever the chunks: buffer the most
-        need, decoded, ahead = max(self._decode_s[-8:]), 0.0, 0.0
+        last_arrival, pace = self._arrived_s[-1], self._arrival_pace()
+        now = (last_arrival or 0.0) + self._decode_s[-1]
+        need, free, ahead, coming = max(self._decode_s[-8:]), now, 0.0, 0.0
         for frames in self._upcoming_frames():
-            decoded += rate * frames * FRAME_SECONDS
-            need = max(need, decoded - ahead)
-            ahead += frames * FRAME_SECONDS
+            audio = frames * FRAME_SECONDS
+            coming += audio
+            start = free if last_arrival is None else max(free, last_arrival + coming / pace)
+            free = start + DECODE_HEADROOM * (fixed_s + per_audio_s * audio)
+            need = max(need, free - now - ahead)
+            ahead += audio
         return need
+
+    def _arrival_pace(self) -> float:
+        """Seconds of audio that arrive per second, from the arrivals after the first (the first
+        waited for the request); real time until a second chunk has come."""
+        arrivals = [(at, audio) for at, audio in zip(self._arrived_s, self._audio_s, strict=True) if at is not None]
+        if len(arrivals) < 2 or arrivals[-1][0] - arrivals[0][0] <= 0:
+            return 1.0
+        return sum(audio for _, audio in arrivals[1:]) / (arrivals[-1][0] - arrivals[0][0])
+
+    def _decode_model(self) -> tuple[float, float]:
+        """(seconds per call, seconds per audio second) fitted to the recent chunks' decode times.
+
+        A decoder pays a fixed cost per call besides the cost per frame, so small chunks cost the
+        most per second. With one chunk size seen so far, all of its time counts as per-second
+        cost: an estimate that errs towards buffering more for the larger chunks to come.
+        """
+        decode, audio = np.array(self._decode_s[-8:]), np.array(self._audio_s[-8:])
+        if np.ptp(audio) < 1e-6:
+            return 0.0, float(decode.max() / max(audio.max(), 1e-6))
+        per_audio_s, fixed_s = np.polyfit(audio, decode, 1)
+        if per_audio_s <= 0 or fixed_s < 0:  # noise: fall back to the slowest observed rate
+            return 0.0, float(np.max(decode / np.maximum(audio, 1e-6)))
+        return float(fixed_s), float(per_audio_s)
 
     def _upcoming_frames(self) -> list[int]:
         """The sizes of the next chunks up to the schedule's first repeat of its last size: after
@@ -158,9 +192,10 @@ class JitterBuffer:
                     self._in_underrun = True
                     if self._fixed_delay is None:
                         # Re-buffer more next time: the measured need was too small.
-                        self.stats.playout_delay_s = min(
+                        self._underrun_floor_s = min(
                             MAX_PLAYOUT_DELAY_S, self.stats.playout_delay_s * 1.5 + SAFETY_MARGIN_S
                         )
+                        self.stats.playout_delay_s = self._underrun_floor_s
                     self._started = False
             elif filled:
                 self._in_underrun = False

@@ -30,7 +30,7 @@ class StartOptions(TypedDict, total=False):
     reference_audio, reference_text: a WAV/FLAC/OGG file's bytes and what it says (Base).
     seed, temperature, top_p, top_k, repetition_penalty: sampling.
     max_frames: stop after this many frames (80 ms each); 0: the server's limit.
-    chunking: frames per chunk, e.g. [2, 4, 8, 16, 25] (the last repeats).
+    chunking: frames per chunk, e.g. [1, 2, 4, 8] (the default; the last repeats).
     client_request_id: echoed in the Header and the server's log.
     resumable: reattach after a lost connection (default True).
     expected_codec: the CodecSpec of the decoder that will decode the codes.

@@ -9,8 +9,11 @@ from collections.abc import Iterator
 from codecstream.protocol.errors import ChunkingError
 from codecstream.v1 import synthesis_pb2
 
-#: 2 frames (160 ms) start audio early; the ramp then grows so that later chunks cost less per frame.
-DEFAULT_RAMP = (2, 4, 8, 16, 25)
+#: One frame (80 ms) starts audio earliest; the ramp stops growing at 8 frames, where a CPU decoder
+#: already runs at its best cost per frame, because a larger chunk is sent only once all its frames
+#: are made: its wait is what the player must have buffered. Measured (benchmarks/ramp_bench.py,
+#: docs/performance.md): the earliest first audio without an underrun, quiet and beside a busy core.
+DEFAULT_RAMP = (1, 2, 4, 8)
 MAX_CHUNK_FRAMES = 250
 #: Entries a ChunkingPolicy.ramp_frames may hold (the contract's limit; a ramp needs only a few).
 MAX_RAMP_ENTRIES = 64
@@ -31,7 +34,7 @@ class ChunkSchedule:
 
     @classmethod
     def parse(cls, text: str) -> ChunkSchedule:
-        """From a comma-separated list such as "2,4,8,16,25"."""
+        """From a comma-separated list such as "1,2,4,8"."""
         try:
             sizes = tuple(int(part) for part in text.split(","))
         except ValueError:
