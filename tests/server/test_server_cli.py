@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from codecstream.client import Client
 from codecstream.protocol import save_codes_file
 
@@ -53,6 +54,30 @@ def test_a_negative_per_client_stream_limit_exits_1_with_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "codecstream-server: error: --max-streams-per-client must be >= 0, got -1"
     ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "rule"),
+    [
+        ("--max-streams", "0", ">= 1"),
+        ("--max-frames", "-5", ">= 1"),
+        ("--max-text-chars", "0", ">= 1"),
+        ("--max-instructions-chars", "-1", ">= 0"),
+        ("--rate-limit", "-1", ">= 0"),
+        ("--resume-window", "-2", ">= 0"),
+        ("--max-reference-seconds", "-1", ">= 0"),
+        ("--stalled-client-timeout", "0", "> 0"),
+        ("--keepalive", "-1", "> 0"),
+        ("--replay-fps", "-1", ">= 0"),
+        ("--port", "70000", "0-65535"),
+    ],
+)
+def test_a_numeric_flag_out_of_its_range_exits_1_with_one_line(tmp_path, flag, value, rule):
+    codes = tmp_path / "c.npy"
+    save_codes_file(codes, random_codes(3))
+    result = run_server("--replay", str(codes), flag, value)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"codecstream-server: error: {flag} must be {rule}, got {value}"]
 
 
 def test_usage_error_exits_2():

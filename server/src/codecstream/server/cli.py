@@ -179,6 +179,32 @@ def build_source(args: argparse.Namespace) -> CodeSource:
         raise StartupError(str(error).splitlines()[0]) from None
 
 
+#: The range of each numeric flag (argparse dest -> (rule, test)); outside it the server does not
+#: start (a 0 stream limit would refuse every stream, a negative timeout drop every call).
+NUMERIC_FLAGS = {
+    "max_text_chars": (">= 1", lambda value: value >= 1),
+    "max_instructions_chars": (">= 0", lambda value: value >= 0),
+    "max_reference_seconds": (">= 0", lambda value: value >= 0),
+    "max_frames": (">= 1", lambda value: value >= 1),
+    "max_streams": (">= 1", lambda value: value >= 1),
+    "rate_limit": (">= 0", lambda value: value >= 0),
+    "max_streams_per_client": (">= 0", lambda value: value >= 0),
+    "resume_window": (">= 0", lambda value: value >= 0),
+    "stalled_client_timeout": ("> 0", lambda value: value > 0),
+    "keepalive": ("> 0", lambda value: value > 0),
+    "engine_restarts": (">= 0", lambda value: value >= 0),
+    "replay_fps": (">= 0", lambda value: value >= 0),
+    "port": ("0-65535", lambda value: 0 <= value <= 65535),
+}
+
+
+def check_numeric_flags(args: argparse.Namespace) -> None:
+    for dest, (rule, holds) in NUMERIC_FLAGS.items():
+        value = getattr(args, dest)
+        if not holds(value):
+            raise StartupError(f"--{dest.replace('_', '-')} must be {rule}, got {value:g}")
+
+
 def build_options(args: argparse.Namespace) -> ServerOptions:
     try:
         chunking = ChunkSchedule.parse(args.chunking)
@@ -189,10 +215,7 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         raise StartupError("TLS needs both --tls-cert and --tls-key")
     if not 0 <= args.drain_delay <= 300 or args.shutdown_grace < 0:
         raise StartupError("--drain-delay must be 0-300 s and --shutdown-grace at least 0")
-    if args.engine_restarts < 0:
-        raise StartupError(f"--engine-restarts must be >= 0, got {args.engine_restarts}")
-    if args.max_streams_per_client < 0:
-        raise StartupError(f"--max-streams-per-client must be >= 0, got {args.max_streams_per_client}")
+    check_numeric_flags(args)
     limits = ServerLimits(
         max_text_chars=args.max_text_chars,
         max_instructions_chars=args.max_instructions_chars,
