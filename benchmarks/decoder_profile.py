@@ -58,11 +58,7 @@ def _session(path: pathlib.Path, threads: int, profiled: bool):
     import onnxruntime as ort
     from codecstream.client.runtimes.onnx_program import OnnxProgram
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.inter_op_num_threads = 1
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if OnnxProgram.allow_spinning else "0")
+    options = OnnxProgram.session_options(threads)
     if profiled:
         options.enable_profiling = True
         options.profile_file_prefix = str(pathlib.Path(tempfile.gettempdir()) / f"decoder_profile_{os.getpid()}")

@@ -36,14 +36,21 @@ class OnnxProgram(Program):
     #: needs (benchmarks/contention_bench.py measures both).
     allow_spinning = False
 
-    def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
+    @classmethod
+    def session_options(cls, threads: int | None) -> Any:
+        """The session options a decoder runs with (benchmarks/decoder_profile.py profiles the same)."""
         ort = _import_onnxruntime()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.inter_op_num_threads = 1
         if threads:
             options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.allow_spinning else "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if cls.allow_spinning else "0")
+        return options
+
+    def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
+        ort = _import_onnxruntime()
+        options = self.session_options(threads)
         available = ort.get_available_providers()
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         self._session = ort.InferenceSession(str(path), options, providers=providers)
