@@ -9,7 +9,7 @@ import time
 import pytest
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.segmenting import segment_request_id
-from codecstream.server.source import Frames
+from codecstream.server.source import FinishReason, Frames
 
 pytestmark = pytest.mark.engine
 
@@ -47,4 +47,54 @@ def test_a_speaking_stream_s_next_segment_goes_ahead_of_streams_that_arrived_aft
     # Only newcomers the engine took before the continuation reached it may go first: at most the
     # slots, plus those admitted in the same steps. FCFS let all of them go first.
     assert ahead <= 2 * ENGINE_SLOTS, f"{ahead} of {NEWCOMERS} later streams started before the speaking stream"
+    assert talker_engine.wait_for_no_live_requests() == 0
+
+
+def test_requests_admitted_while_growing_requests_wait_for_text_never_overfill_the_batch(talker_engine):
+    """Most slots held by streamed texts waiting for their next words, then more whole texts
+    arrive than slots are left, then the held texts go on: the engine must run them all. A held request leaves
+    `running` for a step; the scheduler used to admit newcomers into the slots it seemed to free,
+    and vLLM's `len(running) <= max_num_seqs` assertion killed the engine (every stream ended
+    End(ERROR), the server restarted the engine) once the held requests were scheduled again."""
+    from codecstream.server.limits import ServerLimits
+    from codecstream.server.source import Finished
+    from codecstream.server.text_input import StreamedText
+
+    source, limits = talker_engine.source, ServerLimits()
+
+    async def read_to_end(generation, first_frames: asyncio.Event | None = None) -> Finished | None:
+        async for event in generation:
+            if isinstance(event, Frames) and first_frames is not None:
+                first_frames.set()
+            if isinstance(event, Finished):
+                return event
+        return None
+
+    async def scenario() -> list[Finished | None]:
+        texts, held = [], []
+        for i in range(ENGINE_SLOTS - 2):
+            text = StreamedText("", limits)
+            text.push("Hello there, and", flush=False, end_of_input=False)
+            request = SynthesisRequest(text="", voice="ryan", seed=i, max_frames=200, streamed_text=text)
+            generation = await source.open_streamed(request, f"held{i}", limits)
+            spoke = asyncio.Event()
+            texts.append(text)
+            held.append((asyncio.ensure_future(read_to_end(generation, spoke)), spoke))
+        for _, spoke in held:
+            await asyncio.wait_for(spoke.wait(), 60)
+        await asyncio.sleep(1.0)  # they have spoken what they had and wait for text
+        newcomers = [
+            await source.open(SynthesisRequest(text="A new stream.", voice="ryan", seed=i, max_frames=30), f"late{i}")
+            for i in range(4)
+        ]
+        started = asyncio.Event()
+        newcomer_tasks = [asyncio.ensure_future(read_to_end(g, started)) for g in newcomers]
+        await asyncio.wait_for(started.wait(), 60)
+        for text in texts:
+            text.push(" goodbye.", flush=False, end_of_input=True)
+        return list(await asyncio.gather(*(task for task, _ in held), *newcomer_tasks))
+
+    endings = talker_engine.run(scenario())
+    assert all(end is not None and end.reason is not FinishReason.ABORTED for end in endings), endings
+    talker_engine.run(source.check_health())
     assert talker_engine.wait_for_no_live_requests() == 0

@@ -25,13 +25,18 @@ class TextPacedScheduler(OmniARScheduler):
             TEXT_FEEDS.get(request.request_id).held_schedules += 1
         # A held request leaves `running` for this one step only: vLLM treats it as a running
         # request the token budget left out (its blocks, state and place stay), and it comes back
-        # in its place, ahead of anything admitted meanwhile.
+        # in its place, ahead of anything admitted meanwhile. It keeps its slot: admissions this
+        # step see the batch less the held requests (else vLLM fills their slots, and its
+        # `len(running) <= max_num_seqs` assertion kills the engine once they run again).
         before = self.running
         held_ids = {id(request) for request in held}
         self.running = [request for request in before if id(request) not in held_ids]
+        slots = self.max_num_running_reqs
+        self.max_num_running_reqs = max(0, slots - len(held))
         try:
             return super().schedule(throttle_prefills)
         finally:
+            self.max_num_running_reqs = slots
             after = self.running
             kept = {id(request) for request in after}
             known = {id(request) for request in before}
