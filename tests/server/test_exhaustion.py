@@ -179,6 +179,36 @@ def test_one_client_cannot_hold_more_than_its_share_of_streams(replay_server_fac
         list(calls[1])
 
 
+@pytest.mark.parametrize("limit", ["streams held", "streams per minute"])
+def test_a_client_is_not_a_new_one_for_each_bearer_token_a_server_without_tokens_does_not_check(
+    replay_server_factory, limit
+):
+    """Without --auth-token-file nobody checks a token, so any string would be a fresh client with
+    fresh limits; one address is one client there, whatever tokens its calls carry."""
+    limits = (
+        ServerLimits(max_streams_per_client=1) if limit == "streams held" else ServerLimits(streams_per_client_per_minute=1)
+    )
+    server = replay_server_factory(codes=random_codes(4), limits=limits)
+    release = threading.Event()
+
+    def held_open():
+        yield streaming_start("Hello.")
+        release.wait(20)
+
+    with grpc.insecure_channel(server.target) as channel:
+        first = synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(
+            held_open(), metadata=[("authorization", "Bearer first")], timeout=20
+        )
+        assert next(first).HasField("header")
+        _, error = call(
+            server.target, streaming_start("Another token."), metadata=[("authorization", "Bearer second")]
+        )
+        release.set()
+        list(first)
+    assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "client ipv4:127.0.0.1 " in error.details()
+
+
 def test_a_flood_of_control_messages_ends_the_stream_with_a_status_naming_the_rate(replay_server_factory):
     limits = ServerLimits(control_messages_per_s=100, control_message_burst=50)
     server = replay_server_factory(codes=random_codes(4), limits=limits)

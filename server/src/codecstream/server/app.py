@@ -93,7 +93,7 @@ class CodecStreamServer:
     def __init__(self, source: CodeSource, options: ServerOptions | None = None) -> None:
         self.options = options = options or ServerOptions()
         self.metrics = Metrics()
-        self.service = SynthesisService(source, options.limits, self.metrics)
+        self.service = SynthesisService(source, options.limits, self.metrics, tokens_checked=bool(options.auth_tokens))
         self.supervisor = SourceSupervisor(source, self.metrics, self._on_source_state, options.restart_policy)
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None

@@ -29,10 +29,12 @@ def token_identity(token: str) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-def principal(metadata, peer: str | None) -> str:
-    """Who is calling: the bearer token's identity when the call carries one (the server checked it
-    already), else the peer's address without its port (a reconnect gets a new port)."""
-    token = bearer_token(metadata)
+def principal(metadata, peer: str | None, tokens_checked: bool) -> str:
+    """Who is calling: the bearer token's identity when the server checks tokens (the interceptor
+    let this call through), else the peer's address without its port (a reconnect gets a new
+    port). A token nobody checks is no identity: any string would make a fresh client, with fresh
+    per-client limits."""
+    token = bearer_token(metadata) if tokens_checked else ""
     if token:
         return token_identity(token)
     peer = peer or "unknown"

@@ -39,11 +39,11 @@ class ServerLimits:
     max_frames: int = 2_048
     #: Streams one process serves at once.
     max_concurrent_streams: int = 1_024
-    #: Streams one client (token, or peer address) may hold at once; 0: unlimited. A quarter of
+    #: Streams one client (checked token, or peer address) may hold at once; 0: unlimited. A quarter of
     #: the server by default, so no one client can take every slot (behind a proxy that hides
     #: the client's address, give clients tokens or raise it).
     max_streams_per_client: int = 256
-    #: Streams one client (token, or peer address) may start per minute; 0: unlimited.
+    #: Streams one client (checked token, or peer address) may start per minute; 0: unlimited.
     streams_per_client_per_minute: int = 0
     #: How long a resumable stream waits for its client to reattach, in seconds; 0: no resume.
     resume_window_s: float = 5.0
@@ -75,7 +75,7 @@ class ServerLimits:
     #: flush or the end of the input, whichever comes first. The talker reads one token per
     #: 80 ms frame; a few tokens ahead keep it from pausing at once when the LLM is slower.
     start_gate_tokens: int = 4
-    #: Messages a client (token, or peer address) may send after its calls' first (TextInput,
+    #: Messages a client (checked token, or peer address) may send after its calls' first (TextInput,
     #: Ack, Cancel), over all its calls: per second on average, after a burst. A call beyond it
     #: ends (End(ERROR), INVALID_ARGUMENT). gRPC takes in a call's messages whether or not the
     #: server reads them (190,000 empty flushes in 10 s measured, 0.7 s of server CPU a second),

@@ -42,8 +42,17 @@ REFUSAL_HALF_CLOSE_WAIT_S = 0.02
 
 
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
-    def __init__(self, source: CodeSource, limits: ServerLimits | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        source: CodeSource,
+        limits: ServerLimits | None = None,
+        metrics: Metrics | None = None,
+        tokens_checked: bool = False,
+    ) -> None:
         self.source = source
+        #: Whether the transport checks bearer tokens (auth.BearerTokenInterceptor): only then is a
+        #: token a client's identity.
+        self.tokens_checked = tokens_checked
         self.limits = limits = limits or ServerLimits()
         # Streamed text reaches every source through the segmenter (segmenting.py).
         self._generator = SegmentingSource(source, limits)
@@ -247,7 +256,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 "RESOURCE_EXHAUSTED",
                 f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
             )
-        caller = principal(context.invocation_metadata(), context.peer())
+        caller = principal(context.invocation_metadata(), context.peer(), self.tokens_checked)
         per_client = self.limits.max_streams_per_client
         held = self._opening_by[caller] + sum(
             1 for s in self.sessions.values() if not s.finished and s.principal == caller
@@ -321,7 +330,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         if (
             session is None
             or not session.resumable
-            or session.principal != principal(context.invocation_metadata(), context.peer())
+            or session.principal != principal(context.invocation_metadata(), context.peer(), self.tokens_checked)
         ):
             raise Refusal(
                 "NOT_FOUND",
