@@ -185,9 +185,8 @@ def test_a_client_is_not_a_new_one_for_each_bearer_token_a_server_without_tokens
 ):
     """Without --auth-token-file nobody checks a token, so any string would be a fresh client with
     fresh limits; one address is one client there, whatever tokens its calls carry."""
-    limits = (
-        ServerLimits(max_streams_per_client=1) if limit == "streams held" else ServerLimits(streams_per_client_per_minute=1)
-    )
+    one = {"streams held": "max_streams_per_client", "streams per minute": "streams_per_client_per_minute"}[limit]
+    limits = ServerLimits(**{one: 1})
     server = replay_server_factory(codes=random_codes(4), limits=limits)
     release = threading.Event()
 
@@ -200,9 +199,7 @@ def test_a_client_is_not_a_new_one_for_each_bearer_token_a_server_without_tokens
             held_open(), metadata=[("authorization", "Bearer first")], timeout=20
         )
         assert next(first).HasField("header")
-        _, error = call(
-            server.target, streaming_start("Another token."), metadata=[("authorization", "Bearer second")]
-        )
+        _, error = call(server.target, streaming_start("Another token."), metadata=[("authorization", "Bearer second")])
         release.set()
         list(first)
     assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
