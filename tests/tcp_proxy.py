@@ -7,6 +7,7 @@
   (TCP buffers fill, then the server's writes block).
 - `reject(count)` / `reject_for(seconds)`: new connections are accepted and reset at once, as
   while a network is still down: a client's reconnect attempts fail.
+- `bytes_to_upstream`: what the clients sent the server, over every connection so far.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class CuttableProxy:
         self._reject_until = 0.0
         #: Connections reset by reject() / reject_for().
         self.rejected = 0
+        self.bytes_to_upstream = 0
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
@@ -55,7 +57,7 @@ class CuttableProxy:
         link = _Link(client_writer, upstream_writer)
         self._links.add(link)
 
-        async def pump(reader, writer, flowing: asyncio.Event):
+        async def pump(reader, writer, flowing: asyncio.Event, upstream: bool):
             with contextlib.suppress(Exception):
                 while True:
                     await flowing.wait()
@@ -64,12 +66,14 @@ class CuttableProxy:
                         break
                     await flowing.wait()
                     writer.write(data)
+                    if upstream:
+                        self.bytes_to_upstream += len(data)
                     await writer.drain()
             writer.close()
 
         await asyncio.gather(
-            pump(client_reader, upstream_writer, link.to_upstream),
-            pump(upstream_reader, client_writer, link.to_client),
+            pump(client_reader, upstream_writer, link.to_upstream, upstream=True),
+            pump(upstream_reader, client_writer, link.to_client, upstream=False),
         )
         self._links.discard(link)
 

@@ -19,6 +19,7 @@ from codecstream.v1 import synthesis_pb2_grpc
 from tests.conftest import random_codes
 from tests.server.test_faults import ended_total, rejected_total, sample
 from tests.server.test_hostile_requests import call
+from tests.tcp_proxy import CuttableProxy
 
 #: Garbage reference audio: under the 8 MB limit, so it is parsed, then refused as not audio.
 GARBAGE_AUDIO_BYTES = 6_000_000
@@ -204,6 +205,31 @@ def test_a_client_is_not_a_new_one_for_each_bearer_token_a_server_without_tokens
         list(first)
     assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "client ipv4:127.0.0.1 " in error.details()
+
+
+@pytest.mark.parametrize("what", ["Start", "TextInput after the Header"])
+def test_a_server_that_takes_no_reference_audio_does_not_take_in_megabytes_it_will_refuse(replay_server_factory, what):
+    """Its largest request is 80 KB, so HTTP/2's receive window need not grow (BDP probing): an
+    8 MB message is then refused after about one window's worth, not read to its end first
+    (12.7 ms of server CPU each measured here with the growing window, 3.7 without)."""
+    server = replay_server_factory(codes=random_codes(4))
+    proxy = CuttableProxy(server.server.port)
+    options = [("grpc.max_send_message_length", -1)]
+    oversize = "t" * 8_000_000
+    if what == "Start":
+        messages = [pb.SynthesizeRequest(start=pb.Start(text=oversize))]
+    else:
+        messages = [streaming_start("Hello."), pb.SynthesizeRequest(text=pb.TextInput(text=oversize))]
+    try:
+        with grpc.insecure_channel(proxy.target, options=options) as channel:
+            stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+            for _ in range(3):
+                with pytest.raises(grpc.RpcError) as refused:
+                    list(stub.Synthesize(iter(messages), timeout=20))
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert proxy.bytes_to_upstream < 3 * 1_000_000, f"{proxy.bytes_to_upstream:,} bytes reached the server"
+    finally:
+        proxy.close()
 
 
 def test_a_flood_of_control_messages_ends_the_stream_with_a_status_naming_the_rate(replay_server_factory):

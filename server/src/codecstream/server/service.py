@@ -83,8 +83,12 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 log.error("stream %s: stopping failed", session.stream_id, exc_info=result)
 
     @property
+    def takes_reference_audio(self) -> bool:
+        return TaskType.BASE in self.source.offering.task_types
+
+    @property
     def max_request_bytes(self) -> int:
-        return self.limits.max_request_bytes(reference_audio=TaskType.BASE in self.source.offering.task_types)
+        return self.limits.max_request_bytes(reference_audio=self.takes_reference_audio)
 
     # -- unary -------------------------------------------------------------------------------
 
