@@ -82,6 +82,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             if isinstance(result, BaseException):
                 log.error("stream %s: stopping failed", session.stream_id, exc_info=result)
 
+    def _caller(self, context) -> str:
+        """The client a call comes from (auth.principal), for per-client limits and Resume."""
+        return principal(context.invocation_metadata(), context.peer(), self.tokens_checked)
+
     @property
     def takes_reference_audio(self) -> bool:
         return TaskType.BASE in self.source.offering.task_types
@@ -260,7 +264,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 "RESOURCE_EXHAUSTED",
                 f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
             )
-        caller = principal(context.invocation_metadata(), context.peer(), self.tokens_checked)
+        caller = self._caller(context)
         per_client = self.limits.max_streams_per_client
         held = self._opening_by[caller] + sum(
             1 for s in self.sessions.values() if not s.finished and s.principal == caller
@@ -331,11 +335,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             raise invalid(f"resume.stream_id is {size} bytes, the limit is {MAX_STREAM_ID_BYTES}")
         session = self.sessions.get(resume.stream_id)
         # Another principal's stream is reported exactly like an unknown one: ids must not leak.
-        if (
-            session is None
-            or not session.resumable
-            or session.principal != principal(context.invocation_metadata(), context.peer(), self.tokens_checked)
-        ):
+        if session is None or not session.resumable or session.principal != self._caller(context):
             raise Refusal(
                 "NOT_FOUND",
                 f"no resumable stream {preview(resume.stream_id)} on this server "
