@@ -147,12 +147,15 @@ def deploy_config(folder: pathlib.Path, max_num_seqs: int) -> pathlib.Path:
     return path
 
 
-async def normal_client(stub, variant: str, index: int, until: float, gaps: list[float], max_frames: int) -> int:
+async def normal_client(
+    stub, variant: str, index: int, until: float, gaps: list[float], max_frames: int, metadata=()
+) -> int:
     """Run streams back to back until `until`; record the gap between successive frames."""
     streams = 0
     while time.monotonic() < until:
         call = stub.Synthesize(
-            iter([pb.SynthesizeRequest(start=normal_start(variant, index * 1000 + streams, max_frames))])
+            iter([pb.SynthesizeRequest(start=normal_start(variant, index * 1000 + streams, max_frames))]),
+            metadata=metadata,
         )
         last = None
         async for response in call:
@@ -256,9 +259,10 @@ def phase(target: str, variant: str, args, hostile: str | None, seconds: float |
     }
 
 
-def normal_streams_beside(target: str, variant: str, args, seconds: float, helpers: list) -> tuple:
-    """`args.streams` normal streams for `seconds` while `helpers` (in_own_process) run; the
-    gaps between frames, the streams run, and what each helper put on its queue."""
+def normal_streams_beside(target: str, variant: str, args, seconds: float, helpers: list, metadata=()) -> tuple:
+    """`args.streams` normal streams for `seconds` (sent with `metadata`) while `helpers`
+    (in_own_process) run; the gaps between frames, the streams run, and what each helper put on
+    its queue."""
     gaps: list[float] = []
 
     async def normal_streams() -> list[int]:
@@ -266,7 +270,7 @@ def normal_streams_beside(target: str, variant: str, args, seconds: float, helpe
         async with grpc.aio.insecure_channel(target) as channel:
             stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
             return await asyncio.gather(
-                *(normal_client(stub, variant, i, until, gaps, args.max_frames) for i in range(args.streams))
+                *(normal_client(stub, variant, i, until, gaps, args.max_frames, metadata) for i in range(args.streams))
             )
 
     streams = asyncio.run(normal_streams())

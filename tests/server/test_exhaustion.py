@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import threading
 import time
 import tracemalloc
@@ -74,7 +75,13 @@ def test_full_collections_still_run_after_the_engine_s_objects_are_frozen(replay
         gc.unfreeze()
 
 
-def timed_call(target: str, schedule: list[tuple[float, pb.SynthesizeRequest]], half_close: bool, timeout: float = 20):
+def timed_call(
+    target: str,
+    schedule: list[tuple[float, pb.SynthesizeRequest]],
+    half_close: bool,
+    timeout: float = 20,
+    metadata=None,
+):
     """Send each message after its delay (seconds after the one before); half-close afterwards or
     keep the call open. Every response with the time it came (seconds from the call), then the status."""
     opened = time.monotonic()
@@ -92,7 +99,8 @@ def timed_call(target: str, schedule: list[tuple[float, pb.SynthesizeRequest]], 
     timed = []
     with grpc.insecure_channel(target) as channel:
         try:
-            for response in synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(requests(), timeout=timeout):
+            stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+            for response in stub.Synthesize(requests(), timeout=timeout, metadata=metadata):
                 timed.append((time.monotonic() - opened, response))
             code, details = grpc.StatusCode.OK, ""
         except grpc.RpcError as error:
@@ -242,9 +250,39 @@ def test_a_flood_of_control_messages_ends_the_stream_with_a_status_naming_the_ra
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details == "more than 100 messages a second (after a burst of 50)"
     assert rejected_total(server) == 0 and server.wait_until(lambda: server.live_requests() == 0)
-    # The budget is the client's, not the call's: a new call does not start with a fresh burst.
-    timed, code, details = timed_call(server.target, [(0, streaming_start("Hello.")), *flood[:20]], False)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("more than 100 messages a second")
+
+
+def test_a_client_that_overran_its_message_budget_opens_no_stream_until_the_budget_is_whole_again(
+    replay_server_factory,
+):
+    # A flood that reconnects as each call ends: on main every reconnect opened an engine request
+    # (a prefill on the engine) before its first messages spent the budget again.
+    limits = ServerLimits(control_messages_per_s=100, control_message_burst=50)
+    server = replay_server_factory(codes=random_codes(4), limits=limits, auth_tokens=frozenset({"flood", "other"}))
+    flooder, other = [("authorization", "Bearer flood")], [("authorization", "Bearer other")]
+    flood = [(0, text_input(flush=True))] * 5_000
+    _, code, _ = timed_call(server.target, [(0, streaming_start("Hello.")), *flood], False, metadata=flooder)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    overran = time.monotonic()
+    timed, code, details = timed_call(server.target, [(0, streaming_start("Hello."))], True, metadata=flooder)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and not timed, "the reconnect was given a stream"
+    assert re.fullmatch(
+        r"client \S+ sent more than 100 messages a second \(after a burst of 50\); "
+        r"it may start streams again in 0\.\d s",
+        details,
+    ), details
+    assert rejected_total(server) == 1
+    # Another client is not barred.
+    timed, code, _ = timed_call(
+        server.target, [(0, streaming_start("Hello.")), (0, text_input(end=True))], True, metadata=other
+    )
+    assert code == grpc.StatusCode.OK and end_of(timed)[1].reason == pb.END_REASON_EOS
+    # Whole again after burst / rate = 0.5 s: the client may start streams.
+    time.sleep(max(0.0, overran + 0.6 - time.monotonic()))
+    timed, code, _ = timed_call(
+        server.target, [(0, streaming_start("Hello.")), (0, text_input(end=True))], True, metadata=flooder
+    )
+    assert code == grpc.StatusCode.OK and end_of(timed)[1].reason == pb.END_REASON_EOS
 
 
 def test_text_written_a_character_a_message_and_flushed_after_every_word_stays_within_the_default_rate(

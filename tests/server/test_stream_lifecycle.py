@@ -125,6 +125,22 @@ def test_the_rate_limiter_still_limits_a_busy_client():
     assert limiter.try_acquire("a") == 0.0
 
 
+def test_a_client_that_ran_its_bucket_dry_is_overdrawn_until_the_bucket_is_full_again():
+    now = [0.0]
+    limiter = RateLimiter(per_s=10.0, burst=5, clock=lambda: now[0])
+    for _ in range(4):
+        assert limiter.try_acquire("a") == 0.0
+    assert limiter.overdrawn_s("a") == 0.0, "spending, not overrunning, bars nothing"
+    assert limiter.try_acquire("a") == 0.0 and limiter.try_acquire("a") == pytest.approx(0.1)
+    assert limiter.overdrawn_s("a") == pytest.approx(0.5) and limiter.overdrawn_s("b") == 0.0
+    now[0] = 0.3
+    assert limiter.try_acquire("a") == 0.0, "the budget refills as before"
+    assert limiter.overdrawn_s("a") == pytest.approx(0.3)
+    now[0] = 0.6
+    assert limiter.overdrawn_s("a") == 0.0
+    assert limiter.try_acquire("a") == 0.0 and limiter.overdrawn_s("a") == 0.0
+
+
 def test_a_stream_that_ended_before_its_client_reattached_delivers_its_end_on_resume(replay_server_factory):
     server = replay_server_factory(codes=random_codes(10), fps=50.0)
     channel = grpc.insecure_channel(server.target)

@@ -107,6 +107,7 @@ class RateLimiter:
 
     A bucket left alone until it is full again is what a missing bucket means, so buckets idle
     that long are dropped: the table holds only clients seen recently. `per_s` 0: unlimited.
+    A bucket that ran dry is overdrawn until it is full again (`overdrawn_s`).
     """
 
     def __init__(self, per_s: float, burst: int, clock=time.monotonic) -> None:
@@ -114,8 +115,8 @@ class RateLimiter:
         self.burst = float(burst)
         self._clock = clock
         self._refill_s = burst / per_s if per_s > 0 else 0.0
-        #: client -> (tokens, last update), least recently updated first.
-        self._buckets: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
+        #: client -> (tokens, last update, ran dry since last full), least recently updated first.
+        self._buckets: collections.OrderedDict[str, tuple[float, float, bool]] = collections.OrderedDict()
 
     @classmethod
     def per_minute(cls, count: int, clock=time.monotonic) -> RateLimiter:
@@ -129,16 +130,30 @@ class RateLimiter:
         """Take one token for `client`; return 0.0 on success, else the seconds until one is free."""
         if self.per_s <= 0:
             return 0.0
+        tokens, overdrawn = self._refilled(client)
+        if tokens < 1.0:
+            self._buckets[client] = (tokens, self._clock(), True)
+            return (1.0 - tokens) / self.per_s
+        self._buckets[client] = (tokens - 1.0, self._clock(), overdrawn)
+        return 0.0
+
+    def overdrawn_s(self, client: str) -> float:
+        """Seconds until `client`'s bucket is full again if it ran dry since it was last full, else
+        0.0: how long a client that overran its budget stays barred from what this one guards."""
+        if self.per_s <= 0 or client not in self._buckets:
+            return 0.0
+        tokens, overdrawn = self._refilled(client)
+        self._buckets[client] = (tokens, self._clock(), overdrawn)
+        return (self.burst - tokens) / self.per_s if overdrawn else 0.0
+
+    def _refilled(self, client: str) -> tuple[float, bool]:
+        """Take `client`'s bucket out of the table, refilled to now: (tokens, overdrawn)."""
         now = self._clock()
         while self._buckets:
-            oldest, (_, stamp) = next(iter(self._buckets.items()))
+            oldest, (_, stamp, _) = next(iter(self._buckets.items()))
             if now - stamp < self._refill_s:
                 break
             del self._buckets[oldest]
-        tokens, stamp = self._buckets.pop(client, (self.burst, now))
+        tokens, stamp, overdrawn = self._buckets.pop(client, (self.burst, now, False))
         tokens = min(self.burst, tokens + (now - stamp) * self.per_s)
-        if tokens < 1.0:
-            self._buckets[client] = (tokens, now)
-            return (1.0 - tokens) / self.per_s
-        self._buckets[client] = (tokens - 1.0, now)
-        return 0.0
+        return tokens, overdrawn and tokens < self.burst
