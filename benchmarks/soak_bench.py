@@ -26,8 +26,11 @@ benchmarks/results/soak.json and a PNG.
     .venv/bin/python benchmarks/soak_bench.py --refused 200 --minutes 1 --quiet-seconds 20  # a look
 
 The server (with its engine process) runs on half the cores and the clients on the other half,
-as clients on other machines would: the neighbours then lose what the hostile traffic costs the
-server, not what the attacker's own process costs this machine.
+as clients on other machines would, the attacker at the lowest priority: the neighbours then lose
+what the hostile traffic costs the server, not what the attacker's own process costs this
+machine. The engine server of part "hostile" checks bearer tokens, and the neighbours and the
+attacker hold one each: two clients, as they would be from two machines (on one address they
+would share every per-client limit).
 
 Goals: resident memory grows <= 50 MB over 2,000 refused 8 MB requests (each server); no event
 loop stall or collection over 100 ms; the neighbours' gap p99 within 50 ms of quiet.
