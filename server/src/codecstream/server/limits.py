@@ -130,11 +130,11 @@ class RateLimiter:
         """Take one token for `client`; return 0.0 on success, else the seconds until one is free."""
         if self.per_s <= 0:
             return 0.0
-        tokens, overdrawn = self._refilled(client)
+        tokens, now, overdrawn = self._refilled(client)
         if tokens < 1.0:
-            self._buckets[client] = (tokens, self._clock(), True)
+            self._buckets[client] = (tokens, now, True)
             return (1.0 - tokens) / self.per_s
-        self._buckets[client] = (tokens - 1.0, self._clock(), overdrawn)
+        self._buckets[client] = (tokens - 1.0, now, overdrawn)
         return 0.0
 
     def overdrawn_s(self, client: str) -> float:
@@ -142,12 +142,12 @@ class RateLimiter:
         0.0: how long a client that overran its budget stays barred from what this one guards."""
         if self.per_s <= 0 or client not in self._buckets:
             return 0.0
-        tokens, overdrawn = self._refilled(client)
-        self._buckets[client] = (tokens, self._clock(), overdrawn)
+        tokens, now, overdrawn = self._refilled(client)
+        self._buckets[client] = (tokens, now, overdrawn)
         return (self.burst - tokens) / self.per_s if overdrawn else 0.0
 
-    def _refilled(self, client: str) -> tuple[float, bool]:
-        """Take `client`'s bucket out of the table, refilled to now: (tokens, overdrawn)."""
+    def _refilled(self, client: str) -> tuple[float, float, bool]:
+        """Take `client`'s bucket out of the table, refilled to now: (tokens, now, overdrawn)."""
         now = self._clock()
         while self._buckets:
             oldest, (_, stamp, _) = next(iter(self._buckets.items()))
@@ -156,4 +156,4 @@ class RateLimiter:
             del self._buckets[oldest]
         tokens, stamp, overdrawn = self._buckets.pop(client, (self.burst, now, False))
         tokens = min(self.burst, tokens + (now - stamp) * self.per_s)
-        return tokens, overdrawn and tokens < self.burst
+        return tokens, now, overdrawn and tokens < self.burst
