@@ -45,14 +45,22 @@ BACKENDS = {
     "pt2": ("pt2", "fp32"),
     "pte": ("pte", "fp32"),
     "onnx": ("onnx", "fp32"),
+    "openvino": ("onnx", "fp32"),
     "onnx-int8": ("onnx", "int8"),
     "pte-int8": ("pte", "int8"),
     "pt2-bf16": ("pt2", "bf16"),
     "pt2-bf16-mixed": ("pt2", "bf16-mixed"),
 }
+#: The open_decoder backend of the names that are not their format's own runtime.
+RUNTIMES = {"openvino": "openvino"}
 CHUNKS = (1, 2, 4, 8, 16, 25)
 PARITY_FRAMES = 100
 FIRST_STREAM_FRAMES = 40  # the default ramp and a few chunks of its last size
+
+
+def runtime_of(backend: str) -> str:
+    """The open_decoder backend that runs `backend`'s artifact (its format's runtime unless named)."""
+    return RUNTIMES.get(backend, BACKENDS[backend][0])
 
 
 def audio_seconds_per_call_budget(chunk: int) -> int:
@@ -68,8 +76,7 @@ def worker(args: argparse.Namespace) -> None:
     from codecstream.client.runtimes import open_decoder
     from codecstream.protocol.pcm import snr_db
 
-    fmt, _ = BACKENDS[args.worker]
-    decoder = open_decoder(args.source, backend=fmt, threads=args.threads, warm_up=False)
+    decoder = open_decoder(args.source, backend=runtime_of(args.worker), threads=args.threads, warm_up=False)
     load_s = time.perf_counter() - started
     result: dict = {
         "backend": args.worker,
@@ -229,12 +236,11 @@ _READY_SCRIPT = (
 def ready_seconds(backend: str, source: pathlib.Path, threads: int) -> list[float]:
     """Process start to a decoder that can decode, in fresh interpreters (the file in the page
     cache after the first): the import, the open and the integrity check, no warm-up."""
-    fmt, _ = BACKENDS[backend]
     runs = []
     for _ in range(READY_RUNS):
         spawned = time.time()
         done = subprocess.run(
-            [sys.executable, "-c", _READY_SCRIPT, str(source), fmt, str(threads)],
+            [sys.executable, "-c", _READY_SCRIPT, str(source), runtime_of(backend), str(threads)],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )  # fmt: skip
         runs.append(round(float(done.stdout.split()[-1]) - spawned, 3))
@@ -425,7 +431,9 @@ def main() -> None:
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "machine_speed": speed,
         "work_per_call": work,
-        "versions": versions("torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime", "numpy"),
+        "versions": versions(
+            "torch", "executorch", "torchao", "onnx", "onnxscript", "onnxruntime", "openvino", "numpy"
+        ),
         "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "backends": rows,

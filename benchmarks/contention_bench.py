@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/contention_bench.py        # ~4 minutes on 2 cores
 
 A client decodes beside whatever else the device runs. Here the real-size stateful ONNX artifact
-(the default backend) decodes C = 2 and C = 25 frame calls over a stream that carries the state,
-first on a quiet machine, then with another process spinning on one core (`while True: pass`).
-Per threading policy of ONNX Runtime (intra-op threads, whether idle worker threads spin), in a
-fresh process each: median, p90, p99 and max per call, quiet and contended, and the ratio of the
-contended p99 to the quiet median, which is what a jitter buffer must absorb. Writes
+decodes C = 2 and C = 25 frame calls over a stream that carries the state, first on a quiet
+machine, then with another process spinning on one core (`while True: pass`). Per runtime (the
+default, OpenVINO, and ONNX Runtime) and threading policy (threads; for ONNX Runtime, whether
+idle worker threads spin), in a fresh process each: median, p90, p99 and max per call, quiet
+and contended, and the ratio of the contended p99 to the quiet median, which is what a jitter
+buffer must absorb. Writes
 benchmarks/results/contention_bench.json and .png.
 """
 
@@ -25,11 +26,13 @@ import artifact_bench  # the real-size artifacts, the machine record
 import numpy as np
 from bench_record import decode_call_seconds, machine, versions, write_record
 
-#: policy name -> (intra-op threads, spinning allowed)
+#: policy name -> (backend, threads, whether ONNX Runtime's idle threads spin; None: not ONNX Runtime)
 POLICIES = {
-    "2 threads, spinning (ONNX Runtime's default)": (2, True),
-    "2 threads, no spinning (codecstream's default)": (2, False),
-    "1 thread": (1, False),
+    "ONNX Runtime, 2 threads, spinning (its default)": ("onnx", 2, True),
+    "ONNX Runtime, 2 threads, no spinning (codecstream's setting)": ("onnx", 2, False),
+    "ONNX Runtime, 1 thread": ("onnx", 1, False),
+    "OpenVINO, 2 threads (auto's first choice)": ("openvino", 2, None),
+    "OpenVINO, 1 thread": ("openvino", 1, None),
 }
 CALLS = {2: 60, 25: 12}
 
@@ -53,10 +56,17 @@ def worker(args: argparse.Namespace) -> None:
     from codecstream.client.runtimes import open_decoder
     from codecstream.client.runtimes.onnx_program import OnnxProgram
 
-    threads, spinning = POLICIES[args.worker]
-    OnnxProgram.allow_spinning = spinning
-    decoder = open_decoder(args.source, backend="onnx", threads=threads)
-    result: dict = {"policy": args.worker, "threads": threads, "spinning": spinning, "description": decoder.description}
+    backend, threads, spinning = POLICIES[args.worker]
+    if spinning is not None:
+        OnnxProgram.allow_spinning = spinning
+    decoder = open_decoder(args.source, backend=backend, threads=threads)
+    result: dict = {
+        "policy": args.worker,
+        "backend": backend,
+        "threads": threads,
+        "spinning": spinning,
+        "description": decoder.description,
+    }
     for phase in ("quiet", "contended"):
         busy = None
         if phase == "contended":
@@ -141,7 +151,7 @@ def main() -> None:
         "contention": "one other process spinning on one core (`while True: pass`)",
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "versions": versions("torch", "onnxruntime", "numpy"),
+        "versions": versions("torch", "onnxruntime", "openvino", "numpy"),
         "machine_speed": speed,
         "work_per_call": work,
         "policies": rows,

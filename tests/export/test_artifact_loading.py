@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from codecstream.client.runtimes import DecoderLoadError, open_decoder
+from codecstream.client.runtimes import FORMATS, DecoderLoadError, open_decoder
 from codecstream.protocol.manifest import MANIFEST_FILE
 
 from .conftest import random_codes
@@ -28,8 +28,9 @@ def edit_manifest(directory: pathlib.Path, edit) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "pte", "pt2"])
-def test_an_artifact_modified_after_export_is_refused_by_its_sha256(fmt, artifacts, tmp_path):
+@pytest.mark.parametrize("backend", FORMATS)
+def test_an_artifact_modified_after_export_is_refused_by_its_sha256(backend, artifacts, tmp_path):
+    fmt = FORMATS[backend]
     directory = copy_artifact(artifacts[(fmt, "stateful", "fp32")], tmp_path)
     file = directory / f"decoder.{fmt}"
     data = bytearray(file.read_bytes())
@@ -39,7 +40,7 @@ def test_an_artifact_modified_after_export_is_refused_by_its_sha256(fmt, artifac
         DecoderLoadError,
         match=r"decoder\.\w+: sha256 mismatch: manifest.json says sha256:[0-9a-f]+, the file has sha256:",
     ):
-        open_decoder(directory, backend=fmt)
+        open_decoder(directory, backend=backend)
 
 
 def test_a_directory_without_manifest_is_refused(artifacts, tmp_path):
@@ -49,9 +50,9 @@ def test_a_directory_without_manifest_is_refused(artifacts, tmp_path):
         open_decoder(directory)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "pte", "pt2"])
-def test_a_manifest_whose_state_shapes_do_not_match_the_file_is_refused(fmt, artifacts, tmp_path):
-    directory = copy_artifact(artifacts[(fmt, "stateful", "fp32")], tmp_path)
+@pytest.mark.parametrize("backend", FORMATS)
+def test_a_manifest_whose_state_shapes_do_not_match_the_file_is_refused(backend, artifacts, tmp_path):
+    directory = copy_artifact(artifacts[(FORMATS[backend], "stateful", "fp32")], tmp_path)
 
     def widen_history(data):
         for spec in data["inputs"]:
@@ -60,7 +61,7 @@ def test_a_manifest_whose_state_shapes_do_not_match_the_file_is_refused(fmt, art
 
     edit_manifest(directory, widen_history)
     with pytest.raises(DecoderLoadError, match=r"does not match its manifest: input 2 \(pre_conv.history\) has shape"):
-        open_decoder(directory, backend=fmt)
+        open_decoder(directory, backend=backend)
 
 
 def test_a_manifest_for_another_codec_is_refused(artifacts, tmp_path):
@@ -70,10 +71,22 @@ def test_a_manifest_for_another_codec_is_refused(artifacts, tmp_path):
         open_decoder(directory)
 
 
-def test_a_missing_runtime_is_named_with_the_extra_to_install(artifacts, monkeypatch):
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
-    with pytest.raises(DecoderLoadError, match=r"pip install 'codecstream-client\[onnx\]'"):
-        open_decoder(artifacts[("onnx", "stateful", "fp32")], backend="onnx")
+@pytest.mark.parametrize("module, backend", [("onnxruntime", "onnx"), ("openvino", "openvino")])
+def test_a_missing_runtime_is_named_with_the_extra_to_install(module, backend, artifacts, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # import it -> ImportError
+    with pytest.raises(DecoderLoadError, match=rf"pip install 'codecstream-client\[{backend}\]'"):
+        open_decoder(artifacts[("onnx", "stateful", "fp32")], backend=backend)
+
+
+def test_auto_runs_the_onnx_file_on_onnx_runtime_where_openvino_is_missing(artifacts, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    assert open_decoder(artifacts[("onnx", "stateful", "fp32")]).backend == "onnx"
+
+
+def test_openvino_is_refused_for_a_directory_without_the_onnx_file(artifacts):
+    message = r"holds no onnx artifact \(it holds: pt2\); the openvino backend runs onnx artifacts"
+    with pytest.raises(DecoderLoadError, match=message):
+        open_decoder(artifacts[("pt2", "stateful", "fp32")], backend="openvino")
 
 
 def test_a_decoder_whose_first_decode_fails_is_refused_at_load(artifacts, monkeypatch):
@@ -97,18 +110,20 @@ def test_a_checkpoint_is_decoded_by_torch_only(tiny_checkpoint):
         open_decoder(tiny_checkpoint, backend="onnx")
 
 
-def test_onnx_artifacts_decode_in_a_process_without_torch(artifacts):
-    """The laptop/Jetson client: ONNX Runtime only. torch is made unimportable in the child."""
+@pytest.mark.parametrize("backend", ["auto", "onnx"])
+def test_onnx_artifacts_decode_in_a_process_without_torch(backend, artifacts):
+    """The laptop/Jetson client: OpenVINO or ONNX Runtime, no torch (made unimportable in the child)."""
     directory = artifacts[("onnx", "stateful", "fp32")]
     program = (
         "import sys, numpy as np\n"
         "sys.modules['torch'] = None\n"
         "from codecstream.client.runtimes import open_decoder\n"
-        f"decoder = open_decoder({str(directory)!r})\n"
+        f"decoder = open_decoder({str(directory)!r}, backend={backend!r})\n"
         f"pcm = decoder.decode(np.array({random_codes(5).tolist()}))\n"
         "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
         "print(decoder.backend, pcm.shape, pcm.dtype)\n"
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "onnx (9600,) float32"
+    expected = "openvino" if backend == "auto" else backend  # auto: OpenVINO first, installed here
+    assert result.stdout.strip() == f"{expected} (9600,) float32"

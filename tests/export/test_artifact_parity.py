@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codecstream.client.runtimes import DecoderLoadError, open_decoder
+from codecstream.client.runtimes import FORMATS, DecoderLoadError, open_decoder
 from codecstream.decoder import WindowedDecoder, decode_utterance, load_decoder
 from codecstream.export.parity import stream_through
 from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
-from codecstream.protocol.manifest import ARTIFACT_FORMATS, read_manifest
+from codecstream.protocol.manifest import read_manifest
 from codecstream.protocol.pcm import snr_db
 
 from .conftest import MAX_CHUNK_FRAMES, random_codes
 
+#: Every artifact runtime: OpenVINO and ONNX Runtime both run the .onnx artifacts.
+RUNTIMES = tuple(FORMATS)
 RAMP = ChunkSchedule((2, 4, 8, 16, 25))
 # Past the 72-frame attention window and its 8-layer reach, so caches wrap many times.
 FRAMES = 240
@@ -29,34 +31,34 @@ def utterance(model):
     return codes, decode_utterance(model, codes)
 
 
-@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
-def test_stateful_fp32_artifact_reproduces_the_full_decode_above_90_db(fmt, artifacts, utterance):
+@pytest.mark.parametrize("backend", RUNTIMES)
+def test_stateful_fp32_artifact_reproduces_the_full_decode_above_90_db(backend, artifacts, utterance):
     codes, full = utterance
-    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    decoder = open_decoder(artifacts[(FORMATS[backend], "stateful", "fp32")], backend=backend)
     streamed, _, _ = stream_through(decoder, codes, RAMP)
     snr = snr_db(full, streamed)
-    print(f"\n[{fmt} stateful fp32] vs full decode, {FRAMES} frames in the 2-4-8-16-25 ramp: SNR {snr:.1f} dB")
+    print(f"\n[{backend} stateful fp32] vs full decode, {FRAMES} frames in the 2-4-8-16-25 ramp: SNR {snr:.1f} dB")
     assert streamed.dtype == np.float32 and streamed.shape == full.shape
     assert snr > 90
 
 
-@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
-def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(fmt, artifacts, utterance, model):
+@pytest.mark.parametrize("backend", RUNTIMES)
+def test_windowed_fp32_artifact_equals_the_eager_windowed_decoder(backend, artifacts, utterance, model):
     codes, full = utterance
-    decoder = open_decoder(artifacts[(fmt, "windowed", "fp32")], backend=fmt)
+    decoder = open_decoder(artifacts[(FORMATS[backend], "windowed", "fp32")], backend=backend)
     streamed, _, _ = stream_through(decoder, codes, RAMP)
     eager, _, _ = stream_through(WindowedDecoder(model), codes, RAMP)
     print(
-        f"\n[{fmt} windowed fp32] vs eager windowed: {snr_db(eager, streamed):.1f} dB; "
+        f"\n[{backend} windowed fp32] vs eager windowed: {snr_db(eager, streamed):.1f} dB; "
         f"vs full decode (the window's approximation, as measured): {snr_db(full, streamed):.1f} dB"
     )
     assert snr_db(eager, streamed) > 90
 
 
-@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
-def test_every_chunk_size_up_to_the_maximum_gives_the_same_stream(fmt, artifacts):
+@pytest.mark.parametrize("backend", RUNTIMES)
+def test_every_chunk_size_up_to_the_maximum_gives_the_same_stream(backend, artifacts):
     codes = random_codes(MAX_CHUNK_FRAMES * 3, seed=4)
-    one = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    one = open_decoder(artifacts[(FORMATS[backend], "stateful", "fp32")], backend=backend)
     reference, _, _ = stream_through(one, codes, ChunkSchedule((MAX_CHUNK_FRAMES,)))
     for sizes in [(1,), (3, 7, 1), (MAX_CHUNK_FRAMES - 1, 2)]:
         chunked, _, _ = stream_through(one, codes, ChunkSchedule(sizes))
@@ -86,11 +88,11 @@ def test_reset_starts_a_new_utterance(mode, artifacts):
     assert snr_db(fresh, decoder.decode(second)) > 120
 
 
-@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
-def test_primed_reference_codes_condition_the_stream_like_the_full_decode(fmt, artifacts, model):
+@pytest.mark.parametrize("backend", RUNTIMES)
+def test_primed_reference_codes_condition_the_stream_like_the_full_decode(backend, artifacts, model):
     reference_codes, codes = random_codes(50, seed=8), random_codes(60, seed=9)
     full = decode_utterance(model, np.concatenate([reference_codes, codes]))[50 * 1920 :]
-    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt)
+    decoder = open_decoder(artifacts[(FORMATS[backend], "stateful", "fp32")], backend=backend)
     streamed, _, _ = stream_through(decoder, codes, RAMP, reference_codes)
     assert snr_db(full, streamed) > 90
 
@@ -104,17 +106,24 @@ def test_eager_torch_runtime_decodes_a_checkpoint_directory(tiny_checkpoint, utt
     assert decoder.codec.decoder_digest == open_decoder(tiny_checkpoint, backend="torch").codec.decoder_digest
 
 
-@pytest.mark.parametrize("key", [("onnx", "stateful", "int8"), ("pt2", "stateful", "bf16")])
-def test_quantized_artifacts_decode_with_their_parity_reported(key, artifacts, utterance):
+@pytest.mark.parametrize(
+    "backend, key",
+    [
+        ("onnx", ("onnx", "stateful", "int8")),
+        ("openvino", ("onnx", "stateful", "int8")),
+        ("pt2", ("pt2", "stateful", "bf16")),
+    ],
+)
+def test_quantized_artifacts_decode_with_their_parity_reported(backend, key, artifacts, utterance):
     """Quantized parity is measured and printed, not promised: the 10 dB floor only catches a broken
     graph. On the tiny preset int8 (ONNX Runtime) gave ~29 dB and bf16 ~19 dB (eager bf16 gives the
     same); at real size they gave 34 dB and 39 dB (docs/export.md)."""
     codes, full = utterance
-    decoder = open_decoder(artifacts[key], backend=key[0])
+    decoder = open_decoder(artifacts[key], backend=backend)
     assert decoder.dtype == key[2]
     streamed, _, _ = stream_through(decoder, codes, RAMP)
     snr = snr_db(full, streamed)
-    print(f"\n[{' '.join(key)}] vs fp32 full decode: SNR {snr:.1f} dB (reported, not promised)")
+    print(f"\n[{backend} {' '.join(key[1:])}] vs fp32 full decode: SNR {snr:.1f} dB (reported, not promised)")
     assert np.all(np.isfinite(streamed))
     assert snr > 10
 
@@ -153,12 +162,12 @@ def test_warm_up_at_load_leaves_no_context_behind(mode, artifacts, tiny_checkpoi
         assert snr_db(cold, warm) > 100, backend
 
 
-@pytest.mark.parametrize("fmt", ARTIFACT_FORMATS)
-def test_warm_up_decodes_each_size_its_runtime_needs_warmed(fmt, artifacts):
-    """torch and ExecuTorch plan each input shape on its first call, so every size of the default
-    ramp is decoded once at load; ONNX Runtime's CPU kernels are shape-independent (one call)."""
-    decoder = open_decoder(artifacts[(fmt, "stateful", "fp32")], backend=fmt, warm_up=False)
-    expected = (DEFAULT_RAMP[0],) if fmt == "onnx" else DEFAULT_RAMP
+@pytest.mark.parametrize("backend", RUNTIMES)
+def test_warm_up_decodes_each_size_its_runtime_needs_warmed(backend, artifacts):
+    """torch, ExecuTorch and OpenVINO plan each input shape on its first call, so every size of the
+    default ramp is decoded once at load; ONNX Runtime's CPU kernels are shape-independent (one call)."""
+    decoder = open_decoder(artifacts[(FORMATS[backend], "stateful", "fp32")], backend=backend, warm_up=False)
+    expected = (DEFAULT_RAMP[0],) if backend == "onnx" else DEFAULT_RAMP
     assert decoder.warm_up_sizes == expected
     decoded = []
     real = decoder._decode_chunk

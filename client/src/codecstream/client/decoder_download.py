@@ -2,7 +2,7 @@
 
 A server started with `--decoder-artifact DIR` offers the decoder artifacts of the checkpoint it
 serves (ListDecoderArtifacts). The client picks the one it can run best (a lossless stateful
-artifact in the format of the first installed runtime, ONNX Runtime first), downloads its file
+artifact in the format of the first installed runtime, in open_decoder's order), downloads its file
 (DownloadDecoderArtifact), resuming where a broken download stopped, checks the file against the
 manifest's sha256 and keeps it under
 
@@ -25,7 +25,7 @@ import pathlib
 
 import grpc
 from codecstream.client.errors import from_rpc_error
-from codecstream.client.runtimes import PREFERENCE, installed
+from codecstream.client.runtimes import runnable_formats
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, file_sha256, write_manifest
@@ -63,12 +63,14 @@ class Offer:
 
 
 def choose(offers: list[Offer], backend: str) -> Offer | None:
-    """The offer to run: the backend asked for (or any installed one, ONNX Runtime first), a
-    lossless fp32 graph before a lossy one, a stateful (exact) graph before a windowed one."""
-    runnable = [o for o in offers if (backend in ("auto", o.format)) and installed(o.format)]
+    """The offer to run: one the backend asked for can open (or any installed runtime, in
+    open_decoder's order), a lossless fp32 graph before a lossy one, a stateful (exact) graph
+    before a windowed one."""
+    formats = runnable_formats(backend)
+    runnable = [o for o in offers if o.format in formats]
     ranked = sorted(
         runnable,
-        key=lambda o: (o.manifest.dtype != "fp32", o.manifest.mode != "stateful", PREFERENCE.index(o.format)),
+        key=lambda o: (o.manifest.dtype != "fp32", o.manifest.mode != "stateful", formats.index(o.format)),
     )
     return ranked[0] if ranked else None
 

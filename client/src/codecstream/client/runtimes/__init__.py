@@ -25,17 +25,26 @@ from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_difference
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 
-BACKENDS = ("auto", "onnx", "pte", "pt2", "torch")
-#: Artifact formats in the order "auto" prefers them. The rule, from the backend axis of
-#: decode_bench (artifact_bench.json) on both machine kinds measured: ONNX Runtime needs no torch,
-#: is ready soonest (2.0 s against 9.3 s for .pt2 on an AVX2 EPYC), decodes the chunks that set
-#: first-audio latency (C <= 8) fastest, and is within 8% of the fastest at C = 16-25; .pt2 led
-#: at C >= 8 only on the AVX-512/AMX Xeon. Lossy artifacts are never chosen for the user: an
-#: artifact directory holds one dtype, the one it was exported in (docs/performance.md).
-PREFERENCE = ("onnx", "pte", "pt2")
+BACKENDS = ("auto", "openvino", "onnx", "pte", "pt2", "torch")
+#: The artifact format each runtime reads: OpenVINO and ONNX Runtime both read the .onnx file.
+FORMATS = {"openvino": "onnx", "onnx": "onnx", "pte": "pte", "pt2": "pt2"}
+#: Runtimes in the order "auto" prefers them, over the formats a directory holds. The rule, from
+#: the backend axis of decode_bench (artifact_bench.json) on the machine kinds measured: the .onnx
+#: runtimes need no torch, are ready soonest (2.0 s against 9.3 s for .pt2 on an AVX2 EPYC) and
+#: decode the chunks that set first-audio latency (C <= 8) fastest; OpenVINO decoded them faster
+#: than ONNX Runtime where both were measured (docs/performance.md), so it comes first when it is
+#: installed, unless ONNX Runtime has a GPU to run on (`_preference`). Lossy artifacts are never
+#: chosen for the user: an artifact directory holds one dtype, the one it was exported in.
+PREFERENCE = ("openvino", "onnx", "pte", "pt2")
 #: The module each backend needs importable, and the extra that installs it.
-RUNTIME_MODULES = {"onnx": "onnxruntime", "pte": "executorch.runtime", "pt2": "torch", "torch": "codecstream.decoder"}
-EXTRAS = {"onnx": "onnx", "pte": "executorch", "pt2": "torch", "torch": "torch"}
+RUNTIME_MODULES = {
+    "openvino": "openvino",
+    "onnx": "onnxruntime",
+    "pte": "executorch.runtime",
+    "pt2": "torch",
+    "torch": "codecstream.decoder",
+}
+EXTRAS = {"openvino": "openvino", "onnx": "onnx", "pte": "executorch", "pt2": "torch", "torch": "torch"}
 
 
 def installed(backend: str) -> bool:
@@ -45,6 +54,12 @@ def installed(backend: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing
         return False
+
+
+def runnable_formats(backend: str) -> list[str]:
+    """The artifact formats `backend` can open here ("auto": any installed runtime), best first."""
+    runtimes = PREFERENCE if backend == "auto" else (backend,)
+    return list(dict.fromkeys(FORMATS[runtime] for runtime in runtimes if runtime in FORMATS and installed(runtime)))
 
 
 def open_decoder(
@@ -57,9 +72,10 @@ def open_decoder(
 ) -> LoadedDecoder:
     """Open an artifact directory (with manifest.json) or a checkpoint directory (eager torch).
 
-    `backend`: "auto" (what the directory holds and what is installed; ONNX Runtime first, then
-    ExecuTorch, then .pt2), "onnx", "pte", "pt2" or "torch". `threads`: CPU threads for the
-    runtime (torch and ExecuTorch apply it process-wide); None keeps the runtime's default.
+    `backend`: "auto" (what the directory holds and what is installed: OpenVINO, then ONNX Runtime,
+    both on the .onnx file, then ExecuTorch, then .pt2), "openvino", "onnx", "pte", "pt2" or
+    "torch". `threads`: CPU threads for the runtime (torch and ExecuTorch apply it process-wide);
+    None keeps the runtime's default.
     `warm_up`: decode silent chunks of the sizes the runtime needs warmed before returning
     (`LoadedDecoder.warm_up`), so that no chunk, the first stream's included, pays a first-shape
     cost; benchmarks of cold start turn it off. `precision`: for the torch backend on a CUDA
@@ -85,14 +101,14 @@ def check_decoder_source(source: str | pathlib.Path, backend: str = "auto") -> N
 
 
 def _open(source: str | pathlib.Path, backend: str, threads: int | None, precision: str) -> LoadedDecoder:
-    directory, manifest, fmt = _locate(source, backend, precision)
+    directory, manifest, runtime = _locate(source, backend, precision)
     if manifest is None:
         return EagerTorchDecoder(directory, threads, precision=precision)
-    return _open_artifact(directory, manifest, fmt, threads)
+    return _open_artifact(directory, manifest, runtime, threads)
 
 
 def _locate(source: str | pathlib.Path, backend: str, precision: str) -> tuple[pathlib.Path, Manifest | None, str]:
-    """The directory, its manifest (None for a checkpoint) and the format to open it in."""
+    """The directory, its manifest (None for a checkpoint) and the runtime to open it with."""
     if backend not in BACKENDS:
         raise DecoderLoadError(f"unknown decoder backend {backend!r}, expected one of {', '.join(BACKENDS)}")
     directory = pathlib.Path(source)
@@ -102,7 +118,8 @@ def _locate(source: str | pathlib.Path, backend: str, precision: str) -> tuple[p
         if backend not in ("auto", "torch"):
             raise DecoderLoadError(
                 f"{directory} is a checkpoint, which only the torch backend decodes; "
-                f"for {backend}, export it first: codecstream export-decoder {directory} --format {backend} --out DIR"
+                f"for {backend}, export it first: codecstream export-decoder {directory} "
+                f"--format {FORMATS.get(backend, backend)} --out DIR"
             )
         return directory, None, "torch"
     if precision != "fp32":
@@ -119,14 +136,16 @@ def _locate(source: str | pathlib.Path, backend: str, precision: str) -> tuple[p
         manifest = read_manifest(directory)
     except ManifestError as error:
         raise DecoderLoadError(str(error)) from None
-    return directory, manifest, _choose_format(directory, manifest, backend)
+    return directory, manifest, _choose_runtime(directory, manifest, backend)
 
 
-def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) -> str:
-    held = [fmt for fmt in PREFERENCE if fmt in manifest.artifacts]
+def _choose_runtime(directory: pathlib.Path, manifest: Manifest, backend: str) -> str:
+    held = [fmt for fmt in dict.fromkeys(FORMATS[runtime] for runtime in PREFERENCE) if fmt in manifest.artifacts]
     if backend != "auto":
-        if backend not in manifest.artifacts:
-            raise DecoderLoadError(f"{directory} holds no {backend} artifact (it holds: {', '.join(held) or 'none'})")
+        fmt = FORMATS[backend]
+        if fmt not in manifest.artifacts:
+            runs = "" if fmt == backend else f"; the {backend} backend runs {fmt} artifacts"
+            raise DecoderLoadError(f"{directory} holds no {fmt} artifact (it holds: {', '.join(held) or 'none'}){runs}")
         if not installed(backend):
             raise DecoderLoadError(
                 f"the {backend} runtime is not installed: pip install 'codecstream-client[{EXTRAS[backend]}]'"
@@ -134,16 +153,29 @@ def _choose_format(directory: pathlib.Path, manifest: Manifest, backend: str) ->
         return backend
     if not held:
         raise DecoderLoadError(f"{directory / MANIFEST_FILE} lists no artifact files")
-    for fmt in held:
-        if installed(fmt):
-            return fmt
-    extras = " or ".join(f"'codecstream-client[{EXTRAS[fmt]}]'" for fmt in held)
+    candidates = [runtime for runtime in _preference() if FORMATS[runtime] in held]
+    for runtime in candidates:
+        if installed(runtime):
+            return runtime
+    extras = " or ".join(f"'codecstream-client[{EXTRAS[runtime]}]'" for runtime in candidates)
     raise DecoderLoadError(
         f"{directory} holds {', '.join(held)} artifacts but no runtime for them is installed: pip install {extras}"
     )
 
 
-def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, threads: int | None) -> LoadedDecoder:
+def _preference() -> tuple[str, ...]:
+    """PREFERENCE, with ONNX Runtime first where it has a GPU provider (onnxruntime-gpu, the
+    Jetson builds): the OpenVINO backend decodes on the CPU only."""
+    if not (installed("openvino") and installed("onnx")):
+        return PREFERENCE
+    from codecstream.client.runtimes.onnx_program import gpu_provider
+
+    if gpu_provider() is None:
+        return PREFERENCE
+    return ("onnx", *(runtime for runtime in PREFERENCE if runtime != "onnx"))
+
+
+def _open_artifact(directory: pathlib.Path, manifest: Manifest, runtime: str, threads: int | None) -> LoadedDecoder:
     codec = manifest.codec_spec()
     known = qwen3_tts_12hz_spec(codec.decoder_digest)
     differences = spec_differences(known, codec)
@@ -152,13 +184,13 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
             f"{directory}: codec mismatch: this client decodes {known.codec_name} {known.codec_version} "
             f"({'; '.join(differences)})"
         )
-    entry = manifest.artifacts[fmt]
+    entry = manifest.artifacts[FORMATS[runtime]]
     # Hashing the file (0.3 s for the 457 MB fp32 decoder here) runs beside the runtime's load of it
     # (0.7-1.2 s) rather than before: both read the same pages, and the GIL is released in both.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         verification = pool.submit(verified_artifact_path, directory, entry)
         try:
-            program = _load_program(fmt, directory / entry.file, manifest, threads)
+            program = _load_program(runtime, directory / entry.file, manifest, threads)
         except Exception:
             _check_verified(verification)  # a modified or missing file is the reason to report
             raise
@@ -166,7 +198,7 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, fmt: str, thread
     quantized = f", {entry.quantization}" if entry.quantization else ""
     attributes = dict(
         codec=codec,
-        backend=fmt,
+        backend=runtime,
         mode=manifest.mode,
         dtype=manifest.dtype,
         max_chunk_frames=manifest.max_chunk_frames,
@@ -184,12 +216,16 @@ def _check_verified(verification: concurrent.futures.Future) -> None:
         raise DecoderLoadError(str(error)) from None
 
 
-def _load_program(fmt: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:
-    if fmt == "onnx":
+def _load_program(runtime: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:
+    if runtime == "openvino":
+        from codecstream.client.runtimes.openvino_program import OpenVinoProgram
+
+        return OpenVinoProgram(path, manifest, threads)
+    if runtime == "onnx":
         from codecstream.client.runtimes.onnx_program import OnnxProgram
 
         return OnnxProgram(path, manifest, threads)
-    if fmt == "pte":
+    if runtime == "pte":
         from codecstream.client.runtimes.pte_program import PteProgram
 
         return PteProgram(path, manifest, threads)
@@ -200,10 +236,12 @@ def _load_program(fmt: str, path: pathlib.Path, manifest: Manifest, threads: int
 
 __all__ = [
     "BACKENDS",
+    "FORMATS",
     "DecoderLoadError",
     "LoadedDecoder",
     "Manifest",
     "check_decoder_source",
     "installed",
     "open_decoder",
+    "runnable_formats",
 ]

@@ -26,6 +26,16 @@ def _import_onnxruntime():
     return onnxruntime
 
 
+#: Execution providers a decoder runs on, best first; the CPU is always there.
+PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def gpu_provider() -> str | None:
+    """The GPU execution provider the installed onnxruntime offers, if any."""
+    available = _import_onnxruntime().get_available_providers()
+    return next((p for p in PROVIDERS if p in available and p != "CPUExecutionProvider"), None)
+
+
 class OnnxProgram(Program):
     # ONNX Runtime's CPU kernels are not specialised per shape: at real size, the first call of
     # each chunk size cost what its second did (2-25 frames; docs/performance.md), so one call,
@@ -52,7 +62,7 @@ class OnnxProgram(Program):
         ort = _import_onnxruntime()
         options = self.session_options(threads)
         available = ort.get_available_providers()
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        providers = [p for p in PROVIDERS if p in available]
         self._session = ort.InferenceSession(str(path), options, providers=providers)
         provider = self._session.get_providers()[0].removesuffix("ExecutionProvider")
         if provider != "CPU":
