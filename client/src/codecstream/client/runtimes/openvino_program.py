@@ -41,6 +41,12 @@ class OpenVinoProgram(Program):
             # One call at a time, as fast as it goes: a stream's calls follow each other.
             "PERFORMANCE_HINT": "LATENCY",
             "NUM_STREAMS": 1,
+            # Beside another busy process, work split in fixed halves over threads pinned to cores
+            # waits for the half on the busy core: a call took as long as on one thread. Threads
+            # that take work as they are free, on any core, kept the contended p99 near 2x the quiet
+            # median (benchmarks/contention_bench.py).
+            "TBB_PARTITIONER": "AUTO",
+            "ENABLE_CPU_PINNING": False,
         }
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
