@@ -68,6 +68,7 @@ from hostile_load_bench import (
 #: Samples of the server's /metrics this benchmark reads.
 METRICS = (
     "codecstream_event_loop_lag_seconds",
+    "codecstream_event_loop_stalls",
     "codecstream_stalled_clients",
     "codecstream_gc_pause_seconds",
     "codecstream_requests_rejected",
@@ -509,8 +510,12 @@ def main() -> int:
                 report["hostile"] = {"quiet": quiet, "hostile": hostile}
             finally:
                 engine.close()
-                errors = [line[:300] for line in log.read_text().splitlines() if " ERROR " in line]
+                lines = log.read_text().splitlines()
+                errors = [line[:300] for line in lines if " ERROR " in line]
                 report.setdefault("engine_log_errors", {})[variant] = errors[:20]
+                # The server's stall watchdog says, for each loop stall over 0.1 s, why and where.
+                stalls = [line[:600] for line in lines if " stalled " in line and "codecstream.server.app" in line]
+                report.setdefault("engine_loop_stalls", {})[variant] = stalls[:20]
     hostile = report["hostile"]
     rise = hostile["hostile"]["frame_gap_ms"]["p99"] - hostile["quiet"]["frame_gap_ms"]["p99"]
     stalls = hostile["hostile"]["server_loop_lag"].get("over_100_ms", 0)

@@ -19,6 +19,7 @@ from codecstream.server.auth import BearerTokenInterceptor
 from codecstream.server.decoder_artifacts import DecoderArtifacts
 from codecstream.server.handlers import SERVICE_NAME, synthesis_handler
 from codecstream.server.limits import ServerLimits
+from codecstream.server.loop_stalls import LoopStallWatchdog, Stall
 from codecstream.server.metrics import Metrics
 from codecstream.server.service import SynthesisService
 from codecstream.server.source import CodeSource
@@ -28,6 +29,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
+
+#: How often the loop-lag monitor sets its timer (and beats for the stall watchdog).
+LOOP_LAG_PERIOD_S = 0.1
 
 
 class BindError(OSError):
@@ -100,6 +104,7 @@ class CodecStreamServer:
         self.port = 0
         self._metrics_http = None
         self._lag_monitor: asyncio.Task | None = None
+        self._stall_watchdog: LoopStallWatchdog | None = None
         self._gc_pause_by_generation = [self.metrics.gc_pause.labels(generation=str(g)) for g in range(3)]
         self._gc_started: float | None = None
 
@@ -191,17 +196,25 @@ class CodecStreamServer:
                 ) from None
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._stall_watchdog = LoopStallWatchdog(LOOP_LAG_PERIOD_S, on_stall=self._report_stall)
+        self._stall_watchdog.start()
         self._lag_monitor = asyncio.create_task(self._measure_loop_lag(), name="loop-lag")
         gc.callbacks.append(self._time_collection)
         return self.port
 
-    async def _measure_loop_lag(self, period_s: float = 0.1) -> None:
+    async def _measure_loop_lag(self) -> None:
         # Anything that blocks the loop delays every stream and health check by as much.
         loop = asyncio.get_running_loop()
         while True:
-            due = loop.time() + period_s
-            await asyncio.sleep(period_s)
+            due = loop.time() + LOOP_LAG_PERIOD_S
+            await asyncio.sleep(LOOP_LAG_PERIOD_S)
             self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
+            self._stall_watchdog.beat()
+
+    def _report_stall(self, stall: Stall) -> None:
+        # From the watchdog's thread: what the lag histogram counts, with where and why.
+        self.metrics.loop_stalls.labels(cause=stall.cause).inc()
+        log.warning("%s", stall.describe())
 
     def _time_collection(self, phase: str, info: dict) -> None:
         # A collection stops every thread of the process, the event loop included: time each one.
@@ -273,6 +286,9 @@ class CodecStreamServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lag_monitor
             self._lag_monitor = None
+        if self._stall_watchdog is not None:
+            self._stall_watchdog.stop()
+            self._stall_watchdog = None
         if self.server is not None:
             await self.server.stop(grace=grace_s)
         if self._metrics_http is not None:

@@ -69,6 +69,13 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=r,
         )
+        self.loop_stalls = Counter(
+            "codecstream_event_loop_stalls",
+            "Times the event loop ran over 0.1 s late, by cause: running (work in the loop, named in the log), "
+            "not_running (not scheduled, or waiting for the GIL), unseen (the whole process stalled)",
+            ["cause"],
+            registry=r,
+        )
         self.gc_pause = Histogram(
             "codecstream_gc_pause_seconds",
             "Python garbage collections of the server process, by generation (each blocks the event loop)",
