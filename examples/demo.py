@@ -100,17 +100,17 @@ def main() -> int:
     step("3/6 codecstream-server on the real vLLM-Omni talker (CPU)")
     server, target = start_server(checkpoint)
     try:
-        step("4/6 codecstream say: codes over gRPC, decoded here with ONNX Runtime")
+        step("4/6 codecstream say: codes over gRPC, decoded here (the .onnx file on OpenVINO, else ONNX Runtime)")
         run(str(BIN / "codecstream"), "say", args.text, "--server", target, "--voice", args.voice, "--seed", "7",
-            "--decoder", str(artifact), "--backend", "onnx", "--out", str(WORK / "demo.wav"))  # fmt: skip
+            "--decoder", str(artifact), "--out", str(WORK / "demo.wav"))  # fmt: skip
         step("5/6 parity: the client's audio vs the reference decode of the same codes")
         run(str(BIN / "codecstream"), "parity", "e2e", "--server", target, "--text", args.text, "--voice", args.voice,
-            "--seed", "7", "--decoder", str(artifact), "--backend", "onnx", "--checkpoint", str(checkpoint),
+            "--seed", "7", "--decoder", str(artifact), "--checkpoint", str(checkpoint),
             "--json", str(WORK / "parity_e2e.json"), "--plot", str(WORK / "parity_e2e.png"))  # fmt: skip
         step("6/6 streamed text: a simulated LLM writes its reply at 15 tokens/s, spoken while it writes")
         llm = [str(BIN / "python"), str(ROOT / "examples" / "simulated_llm.py"), "--tokens-per-second", "15"]
         say = [str(BIN / "codecstream"), "say", "-", "--server", target, "--voice", args.voice, "--seed", "7",
-               "--decoder", str(artifact), "--backend", "onnx", "--out", str(WORK / "streamed.wav")]  # fmt: skip
+               "--decoder", str(artifact), "--out", str(WORK / "streamed.wav")]  # fmt: skip
         print("$ " + " ".join(llm) + " | " + " ".join(say), flush=True)
         writer = subprocess.Popen(llm, stdout=subprocess.PIPE)
         subprocess.run(say, stdin=writer.stdout, check=True)
