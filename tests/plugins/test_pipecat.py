@@ -49,14 +49,29 @@ def words_of(frames: list) -> list[str]:
     return [f.text for f in frames if isinstance(f, TTSTextFrame)]
 
 
+class TextKeepingService(CodecstreamTTSService):
+    """The service, keeping each turn's text stream to show what text the server was sent."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.streams = []
+
+    async def _open_turn(self, context_id: str):
+        turn = await super()._open_turn(context_id)
+        self.streams.append(turn.stream)
+        return turn
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
 async def test_an_llm_reply_streamed_token_by_token_comes_out_as_audio_with_word_timestamps(
     replay_server_factory, checkpoint, mode
 ):
     server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
-    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_aggregation_mode=mode)
+    tts = TextKeepingService(server=server.target, decoder=checkpoint, text_aggregation_mode=mode)
     down = (await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])).frames
+    # The text the server got, spaces included (Pipecat strips the one between its sentences).
+    assert [stream.text for stream in tts.streams] == ["Hello there. The train leaves at nine."]
     kinds = [type(f) for f in down]
     assert TTSStartedFrame in kinds and TTSStoppedFrame in kinds
     started, stopped = kinds.index(TTSStartedFrame), len(kinds) - 1 - kinds[::-1].index(TTSStoppedFrame)

@@ -14,11 +14,15 @@ from codecstream.client import Client, StreamEnded
 from codecstream.client.runtimes import open_decoder
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
+from codecstream.protocol.codes_file import CodesFile
 from codecstream.server.errors import Refusal
 from codecstream.server.limits import ServerLimits
-from codecstream.server.request import ModelOffering, TaskType, VoiceInfo
+from codecstream.server.replay import ReplaySource
+from codecstream.server.request import ModelOffering, SynthesisRequest, TaskType, VoiceInfo
 from codecstream.server.request_parsing import parse_start
-from codecstream.server.segmenting import TextSegmenter
+from codecstream.server.segmenting import SegmentedGeneration, TextSegmenter
+from codecstream.server.source import Frames
+from codecstream.server.text_input import StreamedText
 from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
@@ -35,7 +39,7 @@ def segments_of(pieces: list[str], end: bool = True, **limits) -> list[str]:
         text += piece
         cut += segmenter.cut(text)
     if end:
-        cut += segmenter.cut(text, flushed_to=len(text))
+        cut += segmenter.cut(text, [len(text)])
     return [text[s.start : s.end] for s in cut]
 
 
@@ -68,6 +72,26 @@ def test_cjk_sentence_and_clause_marks_need_no_space():
 
 def test_end_of_input_speaks_the_rest_and_leading_spaces_are_not_part_of_a_segment():
     assert segments_of(["  One.  Two", " three  "]) == ["One.", "Two three"]
+
+
+@pytest.mark.asyncio
+async def test_every_flush_ends_a_segment_though_more_text_came_before_the_segment_was_cut():
+    # Pipecat's sentence mode flushes each sentence; when the next one arrived before the stream
+    # was cut (two LLM sentences a few ms apart), only the last flush counted and both sentences
+    # became one segment ("there.The" has no space to end the first at).
+    limits = ServerLimits()
+    text = StreamedText("", limits)
+    text.push("Hello there.", flush=True, end_of_input=False)
+    text.push("The train leaves at nine.", flush=True, end_of_input=False)
+    text.push("On time", flush=False, end_of_input=True)
+    source = ReplaySource(CodesFile(random_codes(3)))
+    request = SynthesisRequest(text="", max_frames=100, streamed_text=text)
+    spans = {
+        (e.text_start, e.text_end)
+        async for e in SegmentedGeneration(source, request, text, "s", limits)
+        if isinstance(e, Frames)
+    }
+    assert [text.text[a:b] for a, b in sorted(spans)] == ["Hello there.", "The train leaves at nine.", "On time"]
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,11 @@ contract's (synthesis.proto, TextInput); its constants are ServerLimits'.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable
 from codecstream.server.limits import ServerLimits
@@ -65,14 +66,17 @@ class TextSegmenter:
         """Whether text waits that no segment holds yet."""
         return bool(text[self._cut :].strip())
 
-    def cut(self, text: str, flushed_to: int = 0) -> list[Segment]:
+    def cut(self, text: str, flushes: Sequence[int] = ()) -> list[Segment]:
         """The segments complete in `text`: those ending at a sentence end, a long enough clause
-        or the length limit, and everything before `flushed_to` even if the rule ends none there."""
+        or the length limit, and at each of `flushes` (ascending offsets) even if the rule ends
+        none there."""
         segments = []
         while True:
             end = self._next_end(text)
-            if self._cut < flushed_to and (end is None or end > flushed_to):
-                end = flushed_to
+            later = bisect.bisect_right(flushes, self._cut)
+            flush = flushes[later] if later < len(flushes) else None
+            if flush is not None and (end is None or end > flush):
+                end = flush
             if end is None:
                 return segments
             segments += self._take(text, end)
@@ -183,7 +187,7 @@ class SegmentedGeneration(Generation):
         """The next segment to speak; None once the input ended and everything is spoken, or on abort."""
         text, limits = self._text, self._limits
         while not self._aborted:
-            self._ready += self._segmenter.cut(text.text, text.flushed_to)
+            self._ready += self._segmenter.cut(text.text, text.flushes)
             # A segment with nothing to say (invisible characters only) is not spoken.
             self._ready = [s for s in self._ready if speakable(text.text[s.start : s.end])]
             if self._ready:
@@ -196,7 +200,7 @@ class SegmentedGeneration(Generation):
             if self._segmenter.pending(text.text):
                 idle_s = text.last_text_at + limits.text_idle_s - time.monotonic()
                 if idle_s <= 0:  # idle: speak the partial clause
-                    self._ready += self._segmenter.cut(text.text, len(text.text))
+                    self._ready += self._segmenter.cut(text.text, [len(text.text)])
                     continue
                 timeout = min(timeout, idle_s)
             await text.changed(timeout)

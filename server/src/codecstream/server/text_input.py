@@ -43,8 +43,10 @@ class StreamedText:
         self._clock = clock
         self._changed = asyncio.Event()
         self.text = ""
-        #: Text before this offset is to be spoken now, even a partial clause (flush, end_of_input).
-        self.flushed_to = 0
+        #: Every offset a flush or end_of_input marked, ascending: text before each is to be spoken
+        #: now, even a partial clause, and a segment ends there. All are kept (not only the last):
+        #: the next text may arrive before the speaker looks.
+        self.flushes: list[int] = []
         self.ended = False
         self.opened_at = clock()
         #: When speakable text last arrived (the clock's time).
@@ -64,10 +66,15 @@ class StreamedText:
         self.text += text
         if speakable(text):
             self.last_text_at = self._clock()
-        if flush or end_of_input:
-            self.flushed_to = len(self.text)
+        if (flush or end_of_input) and self.flushed_to < len(self.text):
+            self.flushes.append(len(self.text))
         self.ended = end_of_input
         self.wake()
+
+    @property
+    def flushed_to(self) -> int:
+        """Text before this offset is to be spoken now (the last flush or the end of the input)."""
+        return self.flushes[-1] if self.flushes else 0
 
     def input_time_left(self) -> tuple[float, str]:
         """Seconds until the input expires unless speakable text (or its end) arrives, and why it

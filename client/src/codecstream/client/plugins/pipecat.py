@@ -243,9 +243,15 @@ class CodecstreamTTSService(TTSService):
                 if self._decoder_error is not None:
                     raise self._decoder_error
                 turn = await self._open_turn(context_id)
-            turn.stream.push_text(text)
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
+                # Pipecat strips the space between its sentences: without it "there.The" would be
+                # one word to the tokenizer and to the word timings.
+                if turn.stream.text and not turn.stream.text[-1].isspace() and not text[:1].isspace():
+                    text = " " + text
+                turn.stream.push_text(text)
                 turn.stream.flush()  # Pipecat cut the sentence already
+            else:
+                turn.stream.push_text(text)
             await self.start_tts_usage_metrics(text)
         except CodecStreamError as error:
             self._refused.add(context_id)

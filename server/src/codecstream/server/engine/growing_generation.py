@@ -13,6 +13,7 @@ chunks and End.text_offset_played follow the talker's own schedule.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import re
@@ -80,15 +81,21 @@ class GrowingTalkerGeneration(Generation):
     def _take_text(self) -> None:
         """Give the tokenizer what arrived since the last call (a flush or the end as well)."""
         text = self._text
-        if len(text.text) > self._pushed:
-            self._tokens.push(text.text[self._pushed :])
-            self._pushed = len(text.text)
+        # Each flush applies where it came, not to text that arrived after it.
+        for flush in text.flushes[bisect.bisect_right(text.flushes, self._flushed) :]:
+            self._push_to(flush)
+            if not (text.ended and flush == text.flushed_to):
+                self._tokens.flush()
+            self._flushed = flush
+        self._push_to(len(text.text))
         if text.ended and not self._tokens_ended:
             self._tokens.end()
             self._tokens_ended = True
-        elif text.flushed_to > self._flushed:
-            self._tokens.flush()
-            self._flushed = text.flushed_to
+
+    def _push_to(self, offset: int) -> None:
+        if offset > self._pushed:
+            self._tokens.push(self._text.text[self._pushed : offset])
+            self._pushed = offset
 
     async def _wait_for_text(self) -> None:
         """Until more text arrives (or the stream is stopped); the input timeout applies."""
