@@ -6,14 +6,16 @@
 
 A replay server streams a recorded utterance at a talker's pace (--fps; default 25 frames/s, twice
 real time: a GPU talker streams at least that fast) through the real server's chunker and gRPC. One
-client decodes it with the default backend (the real-size ONNX artifact, default threading) and
-plays it into stream_bench's simulated speaker through the adaptive jitter buffer, while another
+client decodes it with the default backend (the real-size ONNX artifact on `open_decoder`'s first
+choice, default threading; --backend picks another) and plays it into stream_bench's simulated
+speaker through the adaptive jitter buffer, while another
 process spins on one core (`while True: pass`), as a laptop's other work would (--quiet: without
 it, the baseline). Each candidate ramp (the first chunk, then the sizes that follow; the last
 repeats) runs --repeats times, interleaved with the others. Per ramp: playback start (the first
 audio heard) median and max, underruns and stall time summed over the repeats, and the first
-chunk's decode time. The choice: the earliest median playback start among the ramps without an
-underrun in any repeat.
+chunk's decode time. The record's choice: the earliest median playback start among the ramps
+without an underrun in any repeat, in its condition; the default ramp weighs the busy and the quiet
+record (docs/performance.md says how).
 
 Writes benchmarks/results/ramp_bench.json and .png.
 """
@@ -99,6 +101,7 @@ def main() -> int:
     parser.add_argument("--fps", type=float, default=25.0, help="the replay server's pace in frames per second")
     parser.add_argument("--frames", type=int, default=UTTERANCE_FRAMES)
     parser.add_argument("--quiet", action="store_true", help="no busy process beside the client (the baseline)")
+    parser.add_argument("--backend", default="auto", help="the client's decoder backend (auto: the default)")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "ramp_bench.json")
     args = parser.parse_args()
     # A SIGTERM unwinds like Ctrl-C, so the server and the spinning process below are stopped too.
@@ -119,7 +122,7 @@ def main() -> int:
         for repeat in range(args.repeats):
             for row in rows:
                 result: dict = {}
-                one_stream(server.target, decoder_dir, "onnx", "replayed", repeat, result,
+                one_stream(server.target, decoder_dir, args.backend, "replayed", repeat, result,
                            chunking=tuple(row["ramp"]), threads=None)  # fmt: skip
                 row["streams"].append(result)
                 print(f"[ramp_bench] {row['ramp']} #{repeat}: playback at {result['playback_start_ms']:.0f} ms, "
@@ -137,12 +140,13 @@ def main() -> int:
         "benchmark": "ramp_bench",
         "server": f"replay of {args.frames} frames at {args.fps:g} frames/s (real-size decoder's checkpoint)",
         "client": "real-size stateful fp32 ONNX artifact, default threading, jitter buffer with adaptive delay",
+        "decoder": rows[0]["streams"][0]["decoder"],
         "contention": "none" if args.quiet else "one other process spinning on one core (`while True: pass`)",
         "fps": args.fps,
         "repeats": args.repeats,
         "machine": machine(),
         "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "versions": versions("onnxruntime", "numpy", "grpcio"),
+        "versions": versions("onnxruntime", "openvino", "numpy", "grpcio"),
         "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
         "chosen_ramp": chosen["ramp"] if chosen else None,
         "ramps": rows,
