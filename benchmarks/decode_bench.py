@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shlex
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
-from bench_record import machine, versions
+from bench_record import machine, peak_rss_mb, versions
 from codecstream.protocol.pcm import snr_db
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,10 +52,6 @@ def log(message: str) -> None:
 
 def parity(reference: np.ndarray, other: np.ndarray) -> dict:
     return {"snr_db": round(snr_db(reference, other), 2), "max_abs_error": float(np.max(np.abs(reference - other)))}
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def cpu_pressure() -> float | None:

@@ -120,6 +120,16 @@ class RunningServer:
         return predicate()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def client_cache(tmp_path_factory) -> Iterator[pathlib.Path]:
+    """The client's cache (downloaded and compiled decoders) in the session's temporary folder, not
+    the home of whoever runs the suite; a test that looks at the cache sets its own."""
+    folder = tmp_path_factory.mktemp("client-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CODECSTREAM_CACHE_DIR", str(folder))
+        yield folder
+
+
 @pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,

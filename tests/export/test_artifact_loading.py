@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from codecstream.client.runtimes import FORMATS, DecoderLoadError, open_decoder
-from codecstream.protocol.manifest import MANIFEST_FILE
+from codecstream.protocol.manifest import MANIFEST_FILE, read_manifest
 
 from .conftest import random_codes
 
@@ -127,3 +129,52 @@ def test_onnx_artifacts_decode_in_a_process_without_torch(backend, artifacts):
     assert result.returncode == 0, result.stderr
     expected = "openvino" if backend == "auto" else backend  # auto: OpenVINO first, installed here
     assert result.stdout.strip() == f"{expected} (9600,) float32"
+
+
+ONNX_FP32 = ("onnx", "stateful", "fp32")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> pathlib.Path:
+    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_openvino_keeps_the_compiled_decoder_and_the_next_open_imports_it(artifacts, cache, monkeypatch):
+    source = artifacts[ONNX_FP32]
+    first = open_decoder(source, backend="openvino")
+    again = open_decoder(source, backend="openvino")
+    monkeypatch.setenv("CODECSTREAM_OPENVINO_CACHE", "0")
+    uncached = open_decoder(source, backend="openvino")
+    assert "from the cache" not in first.description
+    assert "compiled program from the cache" in again.description
+    assert "from the cache" not in uncached.description
+    folder = cache / "openvino" / read_manifest(source).artifacts["onnx"].sha256
+    assert list(folder.glob("*.blob"))
+    codes = random_codes(6, 3)
+    np.testing.assert_array_equal(again.new_stream().decode(codes), uncached.new_stream().decode(codes))
+
+
+def test_openvino_compiles_again_a_file_changed_since_it_was_cached(artifacts, cache, tmp_path):
+    directory = copy_artifact(artifacts[ONNX_FP32], tmp_path)
+    open_decoder(directory, backend="openvino")
+    file = directory / "decoder.onnx"
+    os.utime(file, (file.stat().st_atime, file.stat().st_mtime + 10))  # rewritten with the same bytes
+    assert "from the cache" not in open_decoder(directory, backend="openvino").description
+
+
+def test_openvino_keeps_the_compiled_programs_of_the_two_artifacts_opened_last(artifacts, cache):
+    for key in (("onnx", "stateful", "fp32"), ("onnx", "windowed", "fp32"), ("onnx", "stateful", "int8")):
+        open_decoder(artifacts[key], backend="openvino")
+    kept = {folder.name for folder in (cache / "openvino").iterdir()}
+    assert kept == {read_manifest(artifacts[key]).artifacts["onnx"].sha256 for key in
+                    (("onnx", "windowed", "fp32"), ("onnx", "stateful", "int8"))}  # fmt: skip
+
+
+def test_openvino_compiles_without_a_cache_it_cannot_write(artifacts, tmp_path, monkeypatch, caplog):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(not_a_folder))
+    decoder = open_decoder(artifacts[ONNX_FP32], backend="openvino")
+    assert decoder.new_stream().decode(random_codes(2, 1)).size
+    assert "OpenVINO compiles without a cache" in caplog.text

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 from codecstream.client import Client
-from codecstream.client.decoder_download import cache_root
+from codecstream.client.cache import cache_root
 from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.codes_file import CodesFile, save_codes_file

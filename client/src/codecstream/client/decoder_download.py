@@ -4,10 +4,9 @@ A server started with `--decoder-artifact DIR` offers the decoder artifacts of t
 serves (ListDecoderArtifacts). The client picks the one it can run best (a lossless stateful
 artifact in the format of the first installed runtime, in open_decoder's order), downloads its file
 (DownloadDecoderArtifact), resuming where a broken download stopped, checks the file against the
-manifest's sha256 and keeps it under
+manifest's sha256 and keeps it in the client's cache (cache.py) under
 
-    $CODECSTREAM_CACHE_DIR, or $XDG_CACHE_HOME/codecstream, or ~/.cache/codecstream
-        decoders/<decoder digest>/<format>-<mode>-<dtype>/{manifest.json, decoder.<format>}
+    decoders/<decoder digest>/<format>-<mode>-<dtype>/{manifest.json, decoder.<format>}
 
 so every later process, and every server with the same decoder weights, opens it from there
 without a download.
@@ -20,10 +19,10 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 
 import grpc
+from codecstream.client.cache import cache_root
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.runtimes import runnable_formats
 from codecstream.client.runtimes.errors import DecoderLoadError
@@ -40,14 +39,6 @@ AUTO = "auto"
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 DOWNLOAD_ATTEMPTS = 5
 _FIRST_RETRY_S = 0.2
-
-
-def cache_root() -> pathlib.Path:
-    """Where downloaded decoders are kept (see the module docstring)."""
-    if os.environ.get("CODECSTREAM_CACHE_DIR"):
-        return pathlib.Path(os.environ["CODECSTREAM_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
-    return pathlib.Path(base) / "codecstream"
 
 
 @dataclasses.dataclass(frozen=True)

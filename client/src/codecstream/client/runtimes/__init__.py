@@ -218,9 +218,10 @@ def _check_verified(verification: concurrent.futures.Future) -> None:
 
 def _load_program(runtime: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:
     if runtime == "openvino":
-        from codecstream.client.runtimes.openvino_program import OpenVinoProgram
+        from codecstream.client.runtimes.openvino_program import OpenVinoProgram, compiled_cache_dir
 
-        return OpenVinoProgram(path, manifest, threads)
+        cache_dir = compiled_cache_dir(manifest.artifacts[FORMATS[runtime]].sha256)
+        return OpenVinoProgram(path, manifest, threads, cache_dir)
     if runtime == "onnx":
         from codecstream.client.runtimes.onnx_program import OnnxProgram
 

@@ -3,19 +3,35 @@
 OpenVINO reads the ONNX graph itself and compiles it for the CPU it runs on, with its own
 kernels and fusions; which of the two runtimes decodes faster is measured, not assumed
 (benchmarks/artifact_bench.py, docs/performance.md).
+
+Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
+the compiled program is kept in the client's cache (openvino/<artifact sha256>/, one artifact's
+program about its own size on disk) and the next process imports it instead. Under the
+artifact's sha256 OpenVINO keys it by the file (path, size, time of change), the compile
+settings, its own version and the CPU, so a changed file, new settings or a new OpenVINO compile
+again.
+CODECSTREAM_OPENVINO_CACHE=0 turns it off.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import pathlib
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from codecstream.client.cache import cache_root
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
+log = logging.getLogger(__name__)
+
 _OPENVINO_TYPES = {"i64": "int64", "f32": "float32", "bf16": "bfloat16"}
+#: Compiled artifacts kept in the cache; the least recently opened beyond these are removed.
+KEPT_COMPILED_ARTIFACTS = 2
 
 
 def _import_openvino():
@@ -52,13 +68,16 @@ class OpenVinoProgram(Program):
             config["INFERENCE_NUM_THREADS"] = threads
         return config
 
-    def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
+    def __init__(
+        self, path: pathlib.Path, manifest: Manifest, threads: int | None, cache_dir: pathlib.Path | None = None
+    ) -> None:
+        """`cache_dir`: where OpenVINO keeps and finds the compiled program (None: compile each time)."""
         openvino = _import_openvino()
-        core = openvino.Core()
-        self._compiled = core.compile_model(core.read_model(str(path)), "CPU", self.compile_config(threads))
+        self._compiled = _compile(openvino, path, self.compile_config(threads), cache_dir)
         self._request = self._compiled.create_infer_request()
         version = openvino.__version__.split("-")[0]
-        self.runtime = f"OpenVINO {version} (CPU)"
+        cached = ", compiled program from the cache" if self._compiled.get_property("LOADED_FROM_CACHE") else ""
+        self.runtime = f"OpenVINO {version} (CPU{cached})"
         bounds = dimension_bounds(manifest)
         for kind, specs, ports in (
             ("inputs", manifest.inputs, self._compiled.inputs),
@@ -87,3 +106,42 @@ def _describe(port) -> tuple[str, tuple, str]:
     shape = tuple(dim.get_length() if dim.is_static else None for dim in port.get_partial_shape())
     element = port.get_element_type().get_type_name()
     return port.get_any_name(), shape, _OPENVINO_TYPES.get(element, element)
+
+
+def _compile(openvino, path: pathlib.Path, config: dict[str, Any], cache_dir: pathlib.Path | None):
+    if cache_dir is not None:
+        core = openvino.Core()
+        core.set_property({"CACHE_DIR": str(cache_dir)})
+        # The path, not a model read here: from a path OpenVINO imports a cached program without
+        # reading the graph first. It then keys the cache by the file's path, size and time of
+        # change, so the folder's name is the file's sha256 (compiled_cache_dir), which the loader
+        # checks against the manifest.
+        try:
+            return core.compile_model(str(path), "CPU", config)
+        except RuntimeError as error:  # a cache another process pruned or filled the disk with
+            log.warning("OpenVINO compiles without its cache %s: %s", cache_dir, error)
+    return openvino.Core().compile_model(str(path), "CPU", config)
+
+
+def compiled_cache_dir(artifact_sha256: str) -> pathlib.Path | None:
+    """The cache folder for the compiled program of the artifact with this sha256, marked as just
+    used; the least recently used folders beyond KEPT_COMPILED_ARTIFACTS are removed. None where
+    CODECSTREAM_OPENVINO_CACHE=0 or the cache cannot be written (the decoder then compiles)."""
+    if os.environ.get("CODECSTREAM_OPENVINO_CACHE", "1") == "0":
+        return None
+    parent = cache_root() / "openvino"
+    directory = parent / artifact_sha256
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.utime(directory)
+        others = sorted(
+            (entry for entry in parent.iterdir() if entry.is_dir() and entry != directory),
+            key=lambda entry: entry.stat().st_mtime,
+            reverse=True,
+        )
+    except OSError as error:
+        log.warning("OpenVINO compiles without a cache: %s", error)
+        return None
+    for stale in others[KEPT_COMPILED_ARTIFACTS - 1 :]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return directory
