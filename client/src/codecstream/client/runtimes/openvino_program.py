@@ -9,8 +9,7 @@ the compiled program is kept in the client's cache (openvino/<artifact sha256>/,
 program about its own size on disk) and the next process imports it instead. Under the
 artifact's sha256 OpenVINO keys it by the file (path, size, time of change), the compile
 settings, its own version and the CPU, so a changed file, new settings or a new OpenVINO compile
-again.
-CODECSTREAM_OPENVINO_CACHE=0 turns it off.
+again. CODECSTREAM_OPENVINO_CACHE=0 turns it off.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ def _compile(openvino, path: pathlib.Path, config: dict[str, Any], cache_dir: pa
         # checks against the manifest.
         try:
             return core.compile_model(str(path), "CPU", config)
-        except RuntimeError as error:  # a cache another process pruned or filled the disk with
+        except RuntimeError as error:  # e.g. another process pruned the folder, or the disk is full
             log.warning("OpenVINO compiles without its cache %s: %s", cache_dir, error)
     return openvino.Core().compile_model(str(path), "CPU", config)
 
