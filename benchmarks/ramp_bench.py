@@ -8,14 +8,13 @@ A replay server streams a recorded utterance at a talker's pace (--fps; default 
 real time: a GPU talker streams at least that fast) through the real server's chunker and gRPC. One
 client decodes it with the default backend (the real-size ONNX artifact on `open_decoder`'s first
 choice, default threading; --backend picks another) and plays it into stream_bench's simulated
-speaker through the adaptive jitter buffer, while another
-process spins on one core (`while True: pass`), as a laptop's other work would (--quiet: without
-it, the baseline). Each candidate ramp (the first chunk, then the sizes that follow; the last
-repeats) runs --repeats times, interleaved with the others. Per ramp: playback start (the first
-audio heard) median and max, underruns and stall time summed over the repeats, and the first
-chunk's decode time. The record's choice: the earliest median playback start among the ramps
-without an underrun in any repeat, in its condition; the default ramp weighs the busy and the quiet
-record (docs/performance.md says how).
+speaker through the adaptive jitter buffer, while another process spins on one core (`while True:
+pass`), as a laptop's other work would (--quiet: without it, the baseline). Each candidate ramp
+(the first chunk, then the sizes that follow; the last repeats) runs --repeats times, interleaved
+with the others. Per ramp: playback start (the first audio heard) median and max, underruns and
+stall time summed over the repeats, and the first chunk's decode time. The record's choice: the
+earliest median playback start among the ramps without an underrun in any repeat, in its condition;
+the default ramp weighs the busy and the quiet record (docs/performance.md says how).
 
 Writes benchmarks/results/ramp_bench.json and .png.
 """
