@@ -134,12 +134,6 @@ def test_onnx_artifacts_decode_in_a_process_without_torch(backend, artifacts):
 ONNX_FP32 = ("onnx", "stateful", "fp32")
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> pathlib.Path:
-    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def test_openvino_keeps_the_compiled_decoder_and_the_next_open_imports_it(artifacts, cache, monkeypatch):
     source = artifacts[ONNX_FP32]
     first = open_decoder(source, backend="openvino")

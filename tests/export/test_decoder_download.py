@@ -30,12 +30,6 @@ ONNX = ("onnx", "stateful", "fp32")
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
 def offering_server(replay_server_factory, artifacts, tiny_checkpoint):
     """A replay server of the tiny checkpoint's codes that offers its ONNX decoder artifact."""
     return replay_server_factory(
