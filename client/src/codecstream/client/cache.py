@@ -1,8 +1,8 @@
 """Where the client keeps what it makes once and reuses in every later process:
 
 $CODECSTREAM_CACHE_DIR, or $XDG_CACHE_HOME/codecstream, or ~/.cache/codecstream
-    decoders/   the server's own decoders, downloaded (decoder_download.py)
-    openvino/   decoders compiled by OpenVINO (runtimes/openvino_program.py)
+    decoders/<digest folder>/   the server's own decoders, downloaded (decoder_download.py)
+    openvino/<digest folder>/   decoders compiled by OpenVINO (runtimes/openvino_program.py)
 """
 
 from __future__ import annotations
@@ -16,3 +16,12 @@ def cache_root() -> pathlib.Path:
         return pathlib.Path(os.environ["CODECSTREAM_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
     return pathlib.Path(base) / "codecstream"
+
+
+def digest_folder_name(digest: str) -> str | None:
+    """ "sha256:<hex>" as a folder name every file system takes ("sha256-<hex>": Windows refuses a
+    colon); None where the value after the colon is not a hash."""
+    algorithm, _, value = digest.partition(":")
+    if not (algorithm.isalnum() and value.isalnum()):
+        return None
+    return f"{algorithm}-{value}"

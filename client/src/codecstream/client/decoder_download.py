@@ -22,7 +22,7 @@ import logging
 import pathlib
 
 import grpc
-from codecstream.client.cache import cache_root
+from codecstream.client.cache import cache_root, digest_folder_name
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.runtimes import runnable_formats
 from codecstream.client.runtimes.errors import DecoderLoadError
@@ -132,10 +132,10 @@ async def _directory_lock(directory: pathlib.Path):
 
 
 def _digest_name(codec: codec_pb2.CodecSpec) -> str:
-    algorithm, _, value = codec.decoder_digest.partition(":")
-    if not value.isalnum():
+    name = digest_folder_name(codec.decoder_digest)
+    if name is None:
         raise DecoderLoadError(f"the server's decoder digest {codec.decoder_digest[:80]!r} is not a hash")
-    return f"{algorithm}-{value}"
+    return name
 
 
 async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, target: str) -> None:

@@ -5,7 +5,7 @@ kernels and fusions; which of the two runtimes decodes faster is measured, not a
 (benchmarks/artifact_bench.py, docs/performance.md).
 
 Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
-the compiled program is kept in the client's cache (openvino/<artifact sha256>/, one artifact's
+the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/, one artifact's
 program about its own size on disk) and the next process imports it instead. Under the
 artifact's sha256 OpenVINO keys it by the file (path, size, time of change), the compile
 settings, its own version and the CPU, so a changed file, new settings or a new OpenVINO compile
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from codecstream.client.cache import cache_root
+from codecstream.client.cache import cache_root, digest_folder_name
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
@@ -128,8 +128,11 @@ def compiled_cache_dir(artifact_sha256: str) -> pathlib.Path | None:
     CODECSTREAM_OPENVINO_CACHE=0 or the cache cannot be written (the decoder then compiles)."""
     if os.environ.get("CODECSTREAM_OPENVINO_CACHE", "1") == "0":
         return None
+    name = digest_folder_name(artifact_sha256)
+    if name is None:
+        return None
     parent = cache_root() / "openvino"
-    directory = parent / artifact_sha256
+    directory = parent / name
     try:
         directory.mkdir(parents=True, exist_ok=True)
         os.utime(directory)
