@@ -6,7 +6,7 @@ artifact in the format of the first installed runtime, in open_decoder's order),
 (DownloadDecoderArtifact), resuming where a broken download stopped, checks the file against the
 manifest's sha256 and keeps it in the client's cache (cache.py) under
 
-    decoders/<decoder digest>/<format>-<mode>-<dtype>/{manifest.json, decoder.<format>}
+    decoders/sha256-<decoder digest>/<format>-<mode>-<dtype>/{manifest.json, decoder.<format>}
 
 so every later process, and every server with the same decoder weights, opens it from there
 without a download.

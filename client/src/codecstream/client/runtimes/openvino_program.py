@@ -5,8 +5,8 @@ kernels and fusions; which of the two runtimes decodes faster is measured, not a
 (benchmarks/artifact_bench.py, docs/performance.md).
 
 Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
-the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/, one artifact's
-program about its own size on disk) and the next process imports it instead. Under the
+the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/, one
+artifact's program about its own size on disk) and the next process imports it instead. Under the
 artifact's sha256 OpenVINO keys it by the file (path, size, time of change), the compile
 settings, its own version and the CPU, so a changed file, new settings or a new OpenVINO compile
 again. CODECSTREAM_OPENVINO_CACHE=0 turns it off.
