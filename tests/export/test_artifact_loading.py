@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from codecstream.client.runtimes import FORMATS, DecoderLoadError, open_decoder
 from codecstream.protocol.manifest import MANIFEST_FILE, read_manifest
+from codecstream.protocol.pcm import snr_db
 
 from .conftest import random_codes
 
@@ -149,12 +149,43 @@ def test_openvino_keeps_the_compiled_decoder_and_the_next_open_imports_it(artifa
     np.testing.assert_array_equal(again.new_stream().decode(codes), uncached.new_stream().decode(codes))
 
 
-def test_openvino_compiles_again_a_file_changed_since_it_was_cached(artifacts, cache, tmp_path):
-    directory = copy_artifact(artifacts[ONNX_FP32], tmp_path)
-    open_decoder(directory, backend="openvino")
-    file = directory / "decoder.onnx"
-    os.utime(file, (file.stat().st_atime, file.stat().st_mtime + 10))  # rewritten with the same bytes
-    assert "from the cache" not in open_decoder(directory, backend="openvino").description
+def test_openvino_s_kept_program_belongs_to_the_artifact_s_bytes_not_its_path(artifacts, cache, tmp_path):
+    open_decoder(artifacts[ONNX_FP32], backend="openvino")
+    moved = copy_artifact(artifacts[ONNX_FP32], tmp_path)
+    assert "compiled program from the cache" in open_decoder(moved, backend="openvino").description
+
+
+def test_openvino_compiles_again_under_other_settings_and_keeps_only_the_newest_program(artifacts, cache):
+    source = artifacts[ONNX_FP32]
+    open_decoder(source, backend="openvino", threads=1)
+    assert "from the cache" not in open_decoder(source, backend="openvino", threads=2).description
+    folder = cache / "openvino" / read_manifest(source).artifacts["onnx"].sha256.replace(":", "-")
+    assert len(list(folder.glob("*.blob"))) == 1
+
+
+def test_openvino_compiles_again_a_kept_program_it_cannot_import(artifacts, cache, caplog):
+    source = artifacts[ONNX_FP32]
+    reference = open_decoder(source, backend="openvino").new_stream().decode(random_codes(4, 2))
+    folder = cache / "openvino" / read_manifest(source).artifacts["onnx"].sha256.replace(":", "-")
+    (kept,) = folder.glob("*.blob")
+    kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 3])  # a disk that filled up, say
+    decoder = open_decoder(source, backend="openvino")
+    assert "from the cache" not in decoder.description and "cannot be imported" in caplog.text
+    np.testing.assert_array_equal(decoder.new_stream().decode(random_codes(4, 2)), reference)
+    assert "compiled program from the cache" in open_decoder(source, backend="openvino").description
+
+
+@pytest.mark.parametrize("key", [ONNX_FP32, ("onnx", "windowed", "fp32"), ("onnx", "stateful", "int8")])
+def test_openvino_runs_every_snake_beta_of_an_onnx_artifact_as_one_fused_operation(key, artifacts, cache, monkeypatch):
+    snake_betas = 4 * 7 + 1  # a decoder block: one before its upsampling, two a residual unit (3); the output
+    fused = open_decoder(artifacts[key], backend="openvino")
+    monkeypatch.setenv("CODECSTREAM_OPENVINO_OPS", "0")
+    standard = open_decoder(artifacts[key], backend="openvino")
+    assert f"{snake_betas} SnakeBeta fused" in fused.description
+    assert "0 SnakeBeta fused" in standard.description
+    if key[2] == "fp32":  # int8 quantizes activations per call, so the last bits of a SnakeBeta move
+        codes = random_codes(12, 5)  # a rounding step there; its own parity test bounds it
+        assert snr_db(standard.new_stream().decode(codes), fused.new_stream().decode(codes)) > 110
 
 
 def test_openvino_keeps_the_compiled_programs_of_the_two_artifacts_opened_last(artifacts, cache):

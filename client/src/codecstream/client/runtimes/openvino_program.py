@@ -2,18 +2,21 @@
 
 OpenVINO reads the ONNX graph itself and compiles it for the CPU it runs on, with its own
 kernels and fusions; which of the two runtimes decodes faster is measured, not assumed
-(benchmarks/artifact_bench.py, docs/performance.md).
+(benchmarks/artifact_bench.py, docs/performance.md). Before compiling, each SnakeBeta subgraph
+becomes codecstream's fused operation (openvino_fusion, openvino_extension), where it can be built.
 
 Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
-the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/, one
-artifact's program about its own size on disk) and the next process imports it instead. Under the
-artifact's sha256 OpenVINO keys it by the file (path, size, time of change), the compile
-settings, its own version and the CPU, so a changed file, new settings or a new OpenVINO compile
-again. CODECSTREAM_OPENVINO_CACHE=0 turns it off.
+the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/
+program-<key>.blob, about the artifact's size on disk) and the next process imports it instead.
+The folder is the artifact's sha256, which the loader checks against the manifest; the key is
+what else shapes the program: the OpenVINO version, the compile settings and the operations
+library. OpenVINO refuses a program compiled for a CPU with instructions this one lacks, and the
+decoder then compiles again. CODECSTREAM_OPENVINO_CACHE=0 turns the cache off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pathlib
@@ -23,6 +26,8 @@ from typing import Any
 
 import numpy as np
 from codecstream.client.cache import cache_root, digest_folder_name
+from codecstream.client.runtimes.openvino_extension import extension_library, unavailable
+from codecstream.client.runtimes.openvino_fusion import fuse_snake_beta, fused_count
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
@@ -70,13 +75,22 @@ class OpenVinoProgram(Program):
     def __init__(
         self, path: pathlib.Path, manifest: Manifest, threads: int | None, cache_dir: pathlib.Path | None = None
     ) -> None:
-        """`cache_dir`: where OpenVINO keeps and finds the compiled program (None: compile each time)."""
+        """`cache_dir`: where the compiled program is kept and found (None: compile each time)."""
         openvino = _import_openvino()
-        self._compiled = _compile(openvino, path, self.compile_config(threads), cache_dir)
-        self._request = self._compiled.create_infer_request()
+        core = openvino.Core()
+        library = _add_extension(core, extension_library(openvino))
         version = openvino.__version__.split("-")[0]
-        cached = ", compiled program from the cache" if self._compiled.get_property("LOADED_FROM_CACHE") else ""
-        self.runtime = f"OpenVINO {version} (CPU{cached})"
+        config = self.compile_config(threads)
+        blob = cache_dir / f"program-{_program_key(version, config, library)}.blob" if cache_dir else None
+        self._compiled, self._mapped_blob = _import(openvino, core, blob, config)
+        cached = self._compiled is not None
+        if self._compiled is None:
+            self._compiled = _compile(core, path, config, library, blob)
+        self._request = self._compiled.create_infer_request()
+        #: SnakeBeta subgraphs run as codecstream's fused operation (0 where it could not be built).
+        self.fused_snake_beta = fused_count(self._compiled)
+        cached = ", compiled program from the cache" if cached else ""
+        self.runtime = f"OpenVINO {version} (CPU, {self.fused_snake_beta} SnakeBeta fused{cached})"
         bounds = dimension_bounds(manifest)
         for kind, specs, ports in (
             ("inputs", manifest.inputs, self._compiled.inputs),
@@ -107,19 +121,69 @@ def _describe(port) -> tuple[str, tuple, str]:
     return port.get_any_name(), shape, _OPENVINO_TYPES.get(element, element)
 
 
-def _compile(openvino, path: pathlib.Path, config: dict[str, Any], cache_dir: pathlib.Path | None):
-    if cache_dir is not None:
-        core = openvino.Core()
-        core.set_property({"CACHE_DIR": str(cache_dir)})
-        # The path, not a model read here: from a path OpenVINO imports a cached program without
-        # reading the graph first. It then keys the cache by the file's path, size and time of
-        # change, so the folder's name is the file's sha256 (compiled_cache_dir), which the loader
-        # checks against the manifest.
-        try:
-            return core.compile_model(str(path), "CPU", config)
-        except RuntimeError as error:  # e.g. another process pruned the folder, or the disk is full
-            log.warning("OpenVINO compiles without its cache %s: %s", cache_dir, error)
-    return openvino.Core().compile_model(str(path), "CPU", config)
+def _add_extension(core, library: pathlib.Path | None) -> pathlib.Path | None:
+    """`library` once `core` has taken it; None where it was None or OpenVINO refused it."""
+    if library is None:
+        return None
+    try:
+        core.add_extension(str(library))
+    except RuntimeError as error:
+        unavailable(f"OpenVINO refused {library}: {_first_line(error)}")
+        return None
+    return library
+
+
+def _program_key(version: str, config: dict[str, Any], library: pathlib.Path | None) -> str:
+    """What shapes a compiled program besides the artifact: OpenVINO, the settings, the operations
+    library (its file name carries the digest of its source and compiler)."""
+    parts = [version, repr(sorted(config.items())), library.name if library is not None else "standard"]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _import(openvino, core, blob: pathlib.Path | None, config: dict[str, Any]):
+    """(the compiled program imported from `blob`, the mapped file it lives in), or (None, None)."""
+    if blob is None or not blob.is_file():
+        return None, None
+    try:
+        # Mapped rather than read: the program's weights stay in the file's pages (0.3 s to a
+        # ready program at real size, against 0.7 s for the file read into memory first).
+        mapped = np.memmap(blob, dtype=np.uint8, mode="c")
+        return core.import_model(openvino.Tensor(mapped, shared_memory=True), "CPU", config), mapped
+    except (OSError, ValueError, RuntimeError) as error:
+        log.warning("OpenVINO compiles again: the kept program %s cannot be imported: %s", blob, _first_line(error))
+        blob.unlink(missing_ok=True)
+        return None, None
+
+
+def _compile(core, path: pathlib.Path, config: dict[str, Any], library: pathlib.Path | None, blob: pathlib.Path | None):
+    model = core.read_model(str(path))
+    if library is not None:
+        fuse_snake_beta(model, library)
+    compiled = core.compile_model(model, "CPU", config)
+    if blob is not None:
+        _keep(compiled, blob)
+    return compiled
+
+
+def _keep(compiled, blob: pathlib.Path) -> None:
+    """Write the program to `blob` (under a temporary name, then renamed: a process that opens it
+    meanwhile never sees half a file) and remove the folder's programs of other keys."""
+    staged = blob.with_name(f".{blob.name}.{os.getpid()}")
+    try:
+        with open(staged, "wb") as file:
+            file.write(compiled.export_model().getbuffer())
+        os.replace(staged, blob)
+    except OSError as error:
+        log.warning("OpenVINO could not keep the compiled program in %s: %s", blob.parent, error)
+        staged.unlink(missing_ok=True)
+        return
+    for other in blob.parent.iterdir():
+        if other != blob and other.suffix == ".blob":
+            other.unlink(missing_ok=True)
+
+
+def _first_line(error: Exception) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
 def compiled_cache_dir(artifact_sha256: str) -> pathlib.Path | None:

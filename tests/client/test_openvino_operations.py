@@ -1,0 +1,123 @@
+"""codecstream's fused SnakeBeta for OpenVINO: built on the client, put in the graph, exact enough.
+
+The operation is checked on a graph written here with OpenVINO's own operators in the shape the
+exporter gives SnakeBeta; tests/export checks it inside the exported decoders.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+openvino = pytest.importorskip("openvino")
+from codecstream.client.runtimes import openvino_extension  # noqa: E402
+from codecstream.client.runtimes.openvino_extension import extension_library  # noqa: E402
+from codecstream.client.runtimes.openvino_fusion import fuse_snake_beta, fused_count  # noqa: E402
+from openvino import opset13 as ops  # noqa: E402
+
+CHANNELS = 4
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def snake_beta_model(alpha: np.ndarray, inv_beta: np.ndarray, *, alpha_shape=(CHANNELS, 1)):
+    """SnakeBeta as the ONNX export writes it: Add(x, Multiply(inv_beta, Multiply(s, s))), s = Sin(x * alpha)."""
+    x = ops.parameter([1, CHANNELS, -1], np.float32, name="x")
+    sine = ops.sin(ops.multiply(x, ops.constant(alpha.reshape(alpha_shape).astype(np.float32))))
+    scaled = ops.multiply(ops.constant(inv_beta.reshape(CHANNELS, 1).astype(np.float32)), ops.multiply(sine, sine))
+    return openvino.Model([ops.add(x, scaled)], [x], "snake_beta")
+
+
+def run(model, x: np.ndarray) -> np.ndarray:
+    compiled = openvino.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled(x[None])[0][0]
+
+
+def fused(model):
+    library = extension_library(openvino)
+    core = openvino.Core()
+    core.add_extension(str(library))
+    count = fuse_snake_beta(model, library)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled, count
+
+
+def test_the_fused_snake_beta_is_within_a_few_float32_steps_of_the_exact_value_over_the_whole_range(cache):
+    alpha = np.array([1.0, 0.37, 2.9, 11.0])
+    inv_beta = np.array([1.0, 0.5, 3.0, -0.25])
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            rng.normal(0, 1, 4000),
+            rng.normal(0, 30, 4000),
+            np.arange(-40, 41) * np.pi / 2,  # the reduction's quadrant boundaries
+            [0.0, -0.0, 1e-40, -1e-38, 1e3, 7e3, 9e3, -2e4, 1e6, 3.4e38],  # tiny, near and past the range
+        ]
+    ).astype(np.float32)
+    x = np.tile(x, (CHANNELS, 1))
+    compiled, count = fused(snake_beta_model(alpha, inv_beta))
+    y = compiled(x[None])[0][0]
+    assert count == 1 and fused_count(compiled) == 1
+
+    # The graph multiplies alpha * x in float32 (overflowing to infinity, whose sine is NaN); the
+    # sine and the rest are exact here.
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = (x * alpha[:, None].astype(np.float32)).astype(np.float64)
+        inv = inv_beta[:, None].astype(np.float32).astype(np.float64)
+        exact = x + inv * np.sin(scaled) ** 2
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(exact))
+    allowed = 4 * np.finfo(np.float32).eps * (np.abs(x) + np.abs(inv))
+    finite = ~np.isnan(exact)
+    assert np.all(np.abs(y - exact)[finite] <= allowed[finite]), np.max(np.abs(y - exact)[finite] / allowed[finite])
+
+
+def test_the_fused_snake_beta_keeps_infinities_and_nans_as_the_formula_does(cache):
+    x = np.tile(np.array([np.inf, -np.inf, np.nan, 1.0], dtype=np.float32), (CHANNELS, 1))
+    compiled, _ = fused(snake_beta_model(np.ones(CHANNELS), np.ones(CHANNELS)))
+    y = compiled(x[None])[0][0]
+    with np.errstate(invalid="ignore"):
+        expected = run(snake_beta_model(np.ones(CHANNELS), np.ones(CHANNELS)), x)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected))
+    np.testing.assert_allclose(y[:, 3], expected[:, 3], rtol=1e-6)
+
+
+def test_a_sine_that_is_not_a_per_channel_snake_beta_is_left_as_it_is(cache):
+    # alpha of shape (C,) broadcasts along time, not over channels: not SnakeBeta's shape.
+    model = snake_beta_model(np.linspace(0.5, 2, CHANNELS), np.ones(CHANNELS), alpha_shape=(CHANNELS,))
+    assert fuse_snake_beta(model, extension_library(openvino)) == 0
+
+
+def test_the_operations_library_is_built_once_and_reused(cache, caplog):
+    caplog.set_level(logging.INFO)
+    library = extension_library(openvino)
+    openvino_extension._built.cache_clear()  # a new process: the cache on disk, not in memory
+    assert extension_library(openvino) == library and library.is_file()
+    assert caplog.text.count("built codecstream's OpenVINO operations") == 1
+
+
+@pytest.mark.parametrize(
+    "compiler, reason",
+    [("/nonexistent/c++", "no C++ compiler found"), ("false", "could not build snake_beta.cpp")],
+)
+def test_without_a_working_compiler_the_standard_graph_runs_and_the_log_says_why(
+    compiler, reason, cache, monkeypatch, tmp_path, caplog
+):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    (empty / "false").symlink_to("/bin/false")
+    monkeypatch.setenv("PATH", str(empty))  # neither c++, g++ nor clang++
+    monkeypatch.setenv("CXX", compiler)
+    assert extension_library(openvino) is None
+    assert reason in caplog.text and "without codecstream's fused operations" in caplog.text
+
+
+def test_the_operations_can_be_turned_off(cache, monkeypatch):
+    monkeypatch.setenv("CODECSTREAM_OPENVINO_OPS", "0")
+    assert extension_library(openvino) is None
+    assert not (cache / "openvino-ops").exists()
