@@ -77,8 +77,7 @@ class OpenVinoProgram(Program):
     ) -> None:
         """`cache_dir`: where the compiled program is kept and found (None: compile each time)."""
         openvino = _import_openvino()
-        core = openvino.Core()
-        library = _add_extension(core, extension_library(openvino))
+        core, library = _core(openvino)
         version = openvino.__version__.split("-")[0]
         config = self.compile_config(threads)
         blob = cache_dir / f"program-{_program_key(version, config, library)}.blob" if cache_dir else None
@@ -121,16 +120,24 @@ def _describe(port) -> tuple[str, tuple, str]:
     return port.get_any_name(), shape, _OPENVINO_TYPES.get(element, element)
 
 
-def _add_extension(core, library: pathlib.Path | None) -> pathlib.Path | None:
-    """`library` once `core` has taken it; None where it was None or OpenVINO refused it."""
+def compile_decoder(path: pathlib.Path, config: dict[str, Any]):
+    """The artifact compiled as OpenVinoProgram compiles it, with the fused operations where they
+    build, but never kept nor taken from the cache: for benchmarks that add settings (PERF_COUNT)."""
+    core, library = _core(_import_openvino())
+    return _compile(core, path, config, library, None)
+
+
+def _core(openvino):
+    """(an OpenVINO Core with codecstream's operations, the library they came from or None)."""
+    core, library = openvino.Core(), extension_library(openvino)
     if library is None:
-        return None
+        return core, None
     try:
         core.add_extension(str(library))
     except RuntimeError as error:
         unavailable(f"OpenVINO refused {library}: {_first_line(error)}")
-        return None
-    return library
+        return core, None
+    return core, library
 
 
 def _program_key(version: str, config: dict[str, Any], library: pathlib.Path | None) -> str:
