@@ -1,12 +1,14 @@
 """Decode time under CPU contention: the default backend's threading policies, quiet and beside a busy process.
 
-    .venv/bin/python benchmarks/contention_bench.py        # ~4 minutes on 2 cores
+    .venv/bin/python benchmarks/contention_bench.py        # ~5 minutes on 2 cores
+    .venv/bin/python benchmarks/contention_bench.py --only OpenVINO
 
 A client decodes beside whatever else the device runs. Here the real-size stateful ONNX artifact
 decodes C = 2 and C = 25 frame calls over a stream that carries the state, first on a quiet
 machine, then with another process spinning on one core (`while True: pass`). Per runtime (the
 default, OpenVINO, and ONNX Runtime) and threading policy (threads; for ONNX Runtime, whether
-idle worker threads spin), in a fresh process each: median, p90, p99 and max per call, quiet
+idle worker threads spin; for OpenVINO, also without codecstream's fused SnakeBeta, to compare
+in one run), in a fresh process each: median, p90, p99 and max per call, quiet
 and contended, and the ratio of the contended p99 to the quiet median, which is what a jitter
 buffer must absorb. Writes
 benchmarks/results/contention_bench.json and .png.
@@ -32,8 +34,11 @@ POLICIES = {
     "ONNX Runtime, 2 threads, no spinning (codecstream's setting)": ("onnx", 2, False),
     "ONNX Runtime, 1 thread": ("onnx", 1, False),
     "OpenVINO, 2 threads (auto's first choice)": ("openvino", 2, None),
+    "OpenVINO, 2 threads, SnakeBeta unfused": ("openvino", 2, None),
     "OpenVINO, 1 thread": ("openvino", 1, None),
 }
+#: Environment of a policy's worker beyond the driver's.
+POLICY_ENVIRONMENT = {"OpenVINO, 2 threads, SnakeBeta unfused": {"CODECSTREAM_OPENVINO_OPS": "0"}}
 CALLS = {2: 60, 25: 12}
 
 
@@ -120,6 +125,7 @@ def plot(results: dict, path: pathlib.Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, default=artifact_bench.RESULTS / "contention_bench.json")
+    parser.add_argument("--only", default="", help='the policies whose name holds this text, e.g. "OpenVINO"')
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,10 +140,11 @@ def main() -> None:
     log(f"machine speed: {speed}")
     load_before = os.getloadavg()
     rows = []
-    for policy in POLICIES:
+    for policy in [name for name in POLICIES if args.only.lower() in name.lower()]:
         log(f"{policy}: measuring (load average {os.getloadavg()[0]:.2f})")
         command = [sys.executable, __file__, "--worker", policy, "--source", str(source)]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", **POLICY_ENVIRONMENT.get(policy, {})}
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         row = (
             json.loads(lines[-1].removeprefix("RESULT ")) if lines else {"policy": policy, "error": done.stderr[-2000:]}
