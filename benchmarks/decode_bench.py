@@ -298,7 +298,8 @@ def drive(args) -> None:
             "stateful_over_utterance decodes the whole utterance with the given chunking (last size repeats).",
             "backends: the stateful decoder through each client runtime (codecstream.client.runtimes.open_decoder), "
             "timed over a stream of calls that carries the state; rtf per C as above, first_chunk_2_frames_ms the "
-            "median of 10 fresh streams' first 2-frame call, parity_snr_db against the fp32 full decode over 100 frames streamed in the 2,4,8,16,25 ramp; "
+            "median of 10 fresh streams' first 2-frame call, parity_snr_db against the fp32 full decode over "
+            "100 frames streamed in the 2,4,8,16,25 ramp; "
             "median_cpu_ms counts all threads' CPU time per call (not inflated by other processes).",
         ],
         "modes": {},
