@@ -1,4 +1,5 @@
-"""codecstream's fused SnakeBeta for OpenVINO: built on the client, put in the graph, exact enough.
+"""codecstream's rewrites of the decoder for OpenVINO: the fused SnakeBeta, built on the client,
+put in the graph, exact enough; parallel matrix products merged, bit for bit.
 
 The operation is checked on a graph written here with OpenVINO's own operators in the shape the
 exporter gives SnakeBeta; tests/export checks it inside the exported decoders.
@@ -14,7 +15,11 @@ import pytest
 openvino = pytest.importorskip("openvino")
 from codecstream.client.runtimes import openvino_extension  # noqa: E402
 from codecstream.client.runtimes.openvino_extension import extension_library  # noqa: E402
-from codecstream.client.runtimes.openvino_fusion import fuse_snake_beta, fused_count  # noqa: E402
+from codecstream.client.runtimes.openvino_fusion import (  # noqa: E402
+    fuse_snake_beta,
+    fused_count,
+    merge_parallel_matmuls,
+)
 from openvino import opset13 as ops  # noqa: E402
 
 CHANNELS = 4
@@ -121,3 +126,20 @@ def test_the_operations_can_be_turned_off(cache, monkeypatch):
     monkeypatch.setenv("CODECSTREAM_OPENVINO_OPS", "0")
     assert extension_library(openvino) is None
     assert not (cache / "openvino-ops").exists()
+
+
+def test_products_of_one_input_by_constant_weights_become_one_with_the_same_outputs():
+    rng = np.random.default_rng(1)
+    x = ops.parameter([1, -1, 8], np.float32, name="x")
+    weights = [rng.normal(size=(8, width)).astype(np.float32) for width in (16, 4, 16)]
+    outputs = [ops.matmul(x, ops.constant(w), False, False) for w in weights]
+    other = ops.matmul(ops.relu(x), ops.constant(weights[0]), False, False)  # another input: left alone
+    model = openvino.Model([*outputs, other], [x], "projections")
+    data = rng.normal(size=(5, 8)).astype(np.float32)
+    expected = openvino.Core().compile_model(model.clone(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(data[None])
+
+    assert merge_parallel_matmuls(model) == 3
+    assert sum(node.get_type_name() == "MatMul" for node in model.get_ordered_ops()) == 2
+    merged = openvino.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(data[None])
+    for index in range(4):
+        np.testing.assert_array_equal(merged[index], expected[index])

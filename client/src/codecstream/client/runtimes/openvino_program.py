@@ -2,8 +2,9 @@
 
 OpenVINO reads the ONNX graph itself and compiles it for the CPU it runs on, with its own
 kernels and fusions; which of the two runtimes decodes faster is measured, not assumed
-(benchmarks/artifact_bench.py, docs/performance.md). Before compiling, each SnakeBeta subgraph
-becomes codecstream's fused operation (openvino_fusion, openvino_extension), where it can be built.
+(benchmarks/artifact_bench.py, docs/performance.md). Before compiling, the graph is rewritten
+into fewer, larger operations (openvino_fusion): each SnakeBeta becomes codecstream's fused
+operation where it can be built (openvino_extension), parallel matrix products one.
 
 Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
 the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/
@@ -27,7 +28,12 @@ from typing import Any
 import numpy as np
 from codecstream.client.cache import cache_root, digest_folder_name
 from codecstream.client.runtimes.openvino_extension import extension_library, unavailable
-from codecstream.client.runtimes.openvino_fusion import fuse_snake_beta, fused_count
+from codecstream.client.runtimes.openvino_fusion import (
+    REWRITES_VERSION,
+    fuse_snake_beta,
+    fused_count,
+    merge_parallel_matmuls,
+)
 from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
 from codecstream.protocol.manifest import Manifest, TensorSpec
 
@@ -142,8 +148,9 @@ def _core(openvino):
 
 def _program_key(version: str, config: dict[str, Any], library: pathlib.Path | None) -> str:
     """What shapes a compiled program besides the artifact: OpenVINO, the settings, the operations
-    library (its file name carries the digest of its source and compiler)."""
-    parts = [version, repr(sorted(config.items())), library.name if library is not None else "standard"]
+    library (its file name carries the digest of its source and compiler), the graph rewrites."""
+    operations = library.name if library is not None else "standard"
+    parts = [version, repr(sorted(config.items())), operations, f"rewrites {REWRITES_VERSION}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -166,6 +173,7 @@ def _compile(core, path: pathlib.Path, config: dict[str, Any], library: pathlib.
     model = core.read_model(str(path))
     if library is not None:
         fuse_snake_beta(model, library)
+    merge_parallel_matmuls(model)
     compiled = core.compile_model(model, "CPU", config)
     if blob is not None:
         _keep(compiled, blob)
