@@ -3,6 +3,7 @@
 $CODECSTREAM_CACHE_DIR, or $XDG_CACHE_HOME/codecstream, or ~/.cache/codecstream
     decoders/<digest folder>/   the server's own decoders, downloaded (decoder_download.py)
     openvino/<digest folder>/   decoders compiled by OpenVINO (runtimes/openvino_program.py)
+    openvino-ops/               codecstream's own OpenVINO operations, built here (runtimes/openvino_extension.py)
 """
 
 from __future__ import annotations
