@@ -57,12 +57,12 @@ def _built(cache: pathlib.Path, package: pathlib.Path, openvino_version: str) ->
         # NodeFactory that added it goes, while compiled programs still run its operations.
         _PINNED.append(ctypes.CDLL(str(library)))
     except (ExtensionUnavailable, OSError) as reason:
-        unavailable(str(reason))
+        warn_unavailable(str(reason))
         return None
     return library
 
 
-def unavailable(reason: str) -> None:
+def warn_unavailable(reason: str) -> None:
     log.warning("OpenVINO runs the decoder without codecstream's fused operations (about 8%% slower): %s", reason)
 
 

@@ -17,6 +17,7 @@ decoder then compiles again. CODECSTREAM_OPENVINO_CACHE=0 turns the cache off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from codecstream.client.cache import cache_root, digest_folder_name
-from codecstream.client.runtimes.openvino_extension import extension_library, unavailable
+from codecstream.client.runtimes.openvino_extension import extension_library, warn_unavailable
 from codecstream.client.runtimes.openvino_fusion import (
     REWRITES_VERSION,
     fuse_snake_beta,
@@ -88,14 +89,14 @@ class OpenVinoProgram(Program):
         config = self.compile_config(threads)
         blob = cache_dir / f"program-{_program_key(version, config, library)}.blob" if cache_dir else None
         self._compiled, self._mapped_blob = _import(openvino, core, blob, config)
-        cached = self._compiled is not None
-        if self._compiled is None:
+        imported = self._compiled is not None
+        if not imported:
             self._compiled = _compile(core, path, config, library, blob)
         self._request = self._compiled.create_infer_request()
         #: SnakeBeta subgraphs run as codecstream's fused operation (0 where it could not be built).
         self.fused_snake_beta = fused_count(self._compiled)
-        cached = ", compiled program from the cache" if cached else ""
-        self.runtime = f"OpenVINO {version} (CPU, {self.fused_snake_beta} SnakeBeta fused{cached})"
+        origin = ", compiled program from the cache" if imported else ""
+        self.runtime = f"OpenVINO {version} (CPU, {self.fused_snake_beta} SnakeBeta fused{origin})"
         bounds = dimension_bounds(manifest)
         for kind, specs, ports in (
             ("inputs", manifest.inputs, self._compiled.inputs),
@@ -141,7 +142,7 @@ def _core(openvino):
     try:
         core.add_extension(str(library))
     except RuntimeError as error:
-        unavailable(f"OpenVINO refused {library}: {_first_line(error)}")
+        warn_unavailable(f"OpenVINO refused {library}: {_first_line(error)}")
         return core, None
     return core, library
 
@@ -165,7 +166,8 @@ def _import(openvino, core, blob: pathlib.Path | None, config: dict[str, Any]):
         return core.import_model(openvino.Tensor(mapped, shared_memory=True), "CPU", config), mapped
     except (OSError, ValueError, RuntimeError) as error:
         log.warning("OpenVINO compiles again: the kept program %s cannot be imported: %s", blob, _first_line(error))
-        blob.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            blob.unlink(missing_ok=True)
         return None, None
 
 
@@ -190,11 +192,13 @@ def _keep(compiled, blob: pathlib.Path) -> None:
         os.replace(staged, blob)
     except OSError as error:
         log.warning("OpenVINO could not keep the compiled program in %s: %s", blob.parent, error)
-        staged.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)
         return
     for other in blob.parent.iterdir():
         if other != blob and other.suffix == ".blob":
-            other.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another process may have it mapped (Windows refuses)
+                other.unlink(missing_ok=True)
 
 
 def _first_line(error: Exception) -> str:
