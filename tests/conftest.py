@@ -131,6 +131,13 @@ def client_cache(tmp_path_factory) -> Iterator[pathlib.Path]:
 
 
 @pytest.fixture
+def cache(tmp_path, monkeypatch) -> pathlib.Path:
+    """A client cache of the test's own (downloaded and compiled decoders, built operations), empty at the start."""
+    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,
     **options). `source_class` lets a test inject a fault into a replay source."""

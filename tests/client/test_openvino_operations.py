@@ -25,12 +25,6 @@ from openvino import opset13 as ops  # noqa: E402
 CHANNELS = 4
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def snake_beta_model(alpha: np.ndarray, inv_beta: np.ndarray, *, alpha_shape=(CHANNELS, 1)):
     """SnakeBeta as the ONNX export writes it: Add(x, Multiply(inv_beta, Multiply(s, s))), s = Sin(x * alpha)."""
     x = ops.parameter([1, CHANNELS, -1], np.float32, name="x")

@@ -60,13 +60,6 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.timeout(EXPORTING_TEST_TIMEOUT_S))
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> pathlib.Path:
-    """A client cache of the test's own (downloaded and compiled decoders), empty at the start."""
-    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
