@@ -37,8 +37,8 @@ POLICIES = {
     "OpenVINO, 2 threads, SnakeBeta unfused": ("openvino", 2, None),
     "OpenVINO, 1 thread": ("openvino", 1, None),
 }
-#: Environment of a policy's worker beyond the driver's.
-POLICY_ENVIRONMENT = {"OpenVINO, 2 threads, SnakeBeta unfused": {"CODECSTREAM_OPENVINO_OPS": "0"}}
+#: Environment of a policy's worker beyond the driver's (artifact_bench's for the same backend).
+POLICY_ENVIRONMENT = {"OpenVINO, 2 threads, SnakeBeta unfused": artifact_bench.BACKEND_ENVIRONMENT["openvino-unfused"]}
 CALLS = {2: 60, 25: 12}
 
 
