@@ -13,7 +13,7 @@ import time
 
 import grpc
 from codecstream.client import Client
-from codecstream.server.app import Keepalive
+from codecstream.server.app import TRANSPORT_CLOSE_TIMEOUT_S, Keepalive
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
@@ -170,3 +170,38 @@ def test_a_storm_of_cancels_disconnects_and_cut_connections_keeps_the_books_bala
     # A cut can break a connection before its Start reaches the server; most calls do reach it.
     assert calls / 2 < received <= calls
     assert sample(server, "codecstream_streams_active") == 0
+
+
+def test_the_server_stops_within_its_grace_while_a_client_that_stopped_reading_holds_its_connection(
+    replay_server_factory, proxy_factory
+):
+    # The client's connection keeps unsent data the server can never write; with keepalive at ten
+    # minutes, gRPC's own shutdown would wait for that connection as long.
+    limits = ServerLimits(stalled_client_timeout_s=1.0, max_frames=600_000)
+    server = replay_server_factory(
+        codes=random_codes(600_000), fps=0.0, limits=limits, keepalive=Keepalive(time_s=600, timeout_s=600)
+    )
+    proxy = proxy_factory(server.server.port)
+    channel = grpc.insecure_channel(proxy.target)
+    responses = synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(
+        iter(
+            [
+                pb.SynthesizeRequest(
+                    start=pb.Start(
+                        text="A long text.", chunking=pb.ChunkingPolicy(first_chunk_frames=25, ramp_frames=[25])
+                    )
+                )
+            ]
+        ),
+        timeout=120,
+    )
+    next(responses)
+    proxy.freeze_to_client()
+    try:
+        assert server.wait_until(lambda: not server.service.sessions, timeout=30)  # dropped as stalled
+        # Returns, rather than raising TimeoutError: the grace, the drain's second, the transport's
+        # bounded close, and room for a slow machine.
+        server.loop.run(server.server.stop(grace_s=0.5), timeout=0.5 + 1.0 + TRANSPORT_CLOSE_TIMEOUT_S + 10)
+    finally:
+        responses.cancel()
+        channel.close()

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: How often the loop-lag monitor sets its timer (and beats for the stall watchdog).
 LOOP_LAG_PERIOD_S = 0.1
+#: How long a stop waits, after the grace, for gRPC to close its connections before it goes on.
+TRANSPORT_CLOSE_TIMEOUT_S = 3.0
 
 
 class BindError(OSError):
@@ -104,6 +106,7 @@ class CodecStreamServer:
         self.port = 0
         self._metrics_http = None
         self._lag_monitor: asyncio.Task | None = None
+        self._grpc_stopping: asyncio.Future | None = None
         self._stall_watchdog: LoopStallWatchdog | None = None
         self._gc_pause_by_generation = [self.metrics.gc_pause.labels(generation=str(g)) for g in range(3)]
         self._gc_started: float | None = None
@@ -275,8 +278,25 @@ class CodecStreamServer:
             await self.supervisor.stop()
 
     async def _stop_listening(self, grace_s: float) -> None:
-        if self.server is not None:
-            await self.server.stop(grace=grace_s)
+        await self._stop_grpc(grace_s)
+
+    async def _stop_grpc(self, grace_s: float) -> None:
+        """gRPC's stop, bounded: after the grace it cancels every call, then waits for every
+        connection to close, and a client that stopped reading holds its connection (with the
+        data it never took) until keepalive gives up on it, minutes later. The stop goes on in
+        the background past the bound (cancelling it mid-shutdown cancelled its caller too); a
+        second call waits for the same one."""
+        if self.server is None:
+            return
+        if self._grpc_stopping is None:
+            self._grpc_stopping = asyncio.ensure_future(self.server.stop(grace=grace_s))
+        done, _ = await asyncio.wait({self._grpc_stopping}, timeout=grace_s + TRANSPORT_CLOSE_TIMEOUT_S)
+        if not done:
+            log.warning(
+                "gRPC did not close every connection within %.1f s of the grace (a client that stopped "
+                "reading holds one); stopping without waiting for it",
+                TRANSPORT_CLOSE_TIMEOUT_S,
+            )
 
     async def _close_transport(self, grace_s: float) -> None:
         if self._time_collection in gc.callbacks:
@@ -289,8 +309,7 @@ class CodecStreamServer:
         if self._stall_watchdog is not None:
             self._stall_watchdog.stop()
             self._stall_watchdog = None
-        if self.server is not None:
-            await self.server.stop(grace=grace_s)
+        await self._stop_grpc(grace_s)
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http = None
