@@ -15,6 +15,7 @@ from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 
+from tests.malicious_server import MaliciousServer
 from tests.tcp_proxy import CuttableProxy
 
 #: What tests share at a high price, and the xdist group that keeps its users on one worker (the
@@ -240,3 +241,18 @@ def proxy_factory():
     yield make
     for proxy in proxies:
         proxy.close()
+
+
+@pytest.fixture
+def malicious_server():
+    """Decoder-offering servers that lie (tests/malicious_server.py): factory(manifests, data), closed
+    after the test."""
+    servers: list[MaliciousServer] = []
+
+    def start(manifests: list[str], data: bytes) -> MaliciousServer:
+        servers.append(MaliciousServer(manifests, data))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -6,6 +6,7 @@ artifact for other codes, and refuses bad downloads with precise statuses."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
 from tests.conftest import random_codes
+from tests.malicious_server import relisted, sha256
 
 ONNX = ("onnx", "stateful", "fp32")
 
@@ -43,14 +45,13 @@ def downloads(server) -> tuple[float, float]:
     return calls, registry.get_sample_value("codecstream_decoder_artifact_bytes_total") or 0.0
 
 
-def cached_file(cache, tiny_checkpoint, artifacts):
-    manifest = read_manifest(artifacts[ONNX])
-    digest = decoder_digest(tiny_checkpoint).replace(":", "-")
-    return cache / "decoders" / digest / "onnx-stateful-fp32" / manifest.artifacts["onnx"].file
+def cached_file(cache, artifacts):
+    entry = read_manifest(artifacts[ONNX]).artifacts["onnx"]
+    return cache / "decoders" / entry.sha256.replace(":", "-") / entry.file
 
 
 def test_a_client_with_decoder_auto_decodes_exactly_what_the_servers_artifact_decodes(
-    offering_server, artifacts, cache, tiny_checkpoint
+    offering_server, artifacts, cache
 ):
     with Client(offering_server.target) as client:
         chunks = list(client.synthesize("Hello there."))  # decoder="auto"
@@ -61,12 +62,12 @@ def test_a_client_with_decoder_auto_decodes_exactly_what_the_servers_artifact_de
     np.testing.assert_array_equal(np.concatenate([c.samples for c in again]), reference)
     size = read_manifest(artifacts[ONNX]).artifacts["onnx"].size_bytes
     assert downloads(offering_server) == (1, size)  # downloaded once, then opened from the cache
-    assert cached_file(cache, tiny_checkpoint, artifacts).stat().st_size == size
+    assert cached_file(cache, artifacts).stat().st_size == size
     assert cache_root() == cache
 
 
-def test_a_broken_download_resumes_where_it_stopped(offering_server, artifacts, cache, tiny_checkpoint):
-    path = cached_file(cache, tiny_checkpoint, artifacts)
+def test_a_broken_download_resumes_where_it_stopped(offering_server, artifacts, cache):
+    path = cached_file(cache, artifacts)
     whole = (artifacts[ONNX] / path.name).read_bytes()
     path.parent.mkdir(parents=True)
     path.with_name(path.name + ".part").write_bytes(whole[: len(whole) // 3])  # what a broken download left
@@ -76,10 +77,8 @@ def test_a_broken_download_resumes_where_it_stopped(offering_server, artifacts, 
     assert path.read_bytes() == whole
 
 
-def test_a_download_that_does_not_match_its_sha256_is_discarded_with_a_clear_error(
-    offering_server, artifacts, cache, tiny_checkpoint
-):
-    path = cached_file(cache, tiny_checkpoint, artifacts)
+def test_a_download_that_does_not_match_its_sha256_is_discarded_with_a_clear_error(offering_server, artifacts, cache):
+    path = cached_file(cache, artifacts)
     path.parent.mkdir(parents=True)
     path.with_name(path.name + ".part").write_bytes(b"\0" * 1000)  # a damaged partial file
     with Client(offering_server.target) as client:
@@ -161,3 +160,21 @@ async def test_both_plugins_decode_with_the_servers_decoder_by_default(offering_
     tts = CodecstreamTTSService(server=offering_server.target)
     down = (await run_script(tts, [*reply("Hi."), Until(TTSStoppedFrame)])).frames
     assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) == 24 * 1920 * 2
+
+
+def test_a_second_export_of_the_same_weights_is_downloaded_not_taken_for_the_cached_one(
+    malicious_server, artifacts, cache
+):
+    """Two servers, one decoder digest, two exports of the same size (a newer exporter, other options):
+    each client opens the bytes its own server lists, since the cache keeps a file by its sha256."""
+    original = json.loads((artifacts[ONNX] / "manifest.json").read_text())
+    data = (artifacts[ONNX] / "decoder.onnx").read_bytes()
+    reexported = data.replace(b"pytorch", b"PYTORCH", 1)  # the producer's name: other bytes, same graph
+    assert reexported != data and len(reexported) == len(data)
+    for served in (data, reexported):
+        server = malicious_server([relisted(original, served)], served)
+        with Client(server.target) as client:
+            assert client.open_decoder("auto").mode == "stateful"
+        assert server.service.downloads == 1
+    kept = sorted(sha256(path.read_bytes()) for path in cache.rglob("*.onnx"))
+    assert kept == sorted([sha256(data), sha256(reexported)])

@@ -1,7 +1,7 @@
 """Where the client keeps what it makes once and reuses in every later process:
 
 $CODECSTREAM_CACHE_DIR, or $XDG_CACHE_HOME/codecstream, or ~/.cache/codecstream
-    decoders/<digest folder>/   the server's own decoders, downloaded (decoder_download.py)
+    decoders/<digest folder>/   the server's own decoders, by the file's sha256 (decoder_download.py)
     openvino/<digest folder>/   decoders compiled by OpenVINO (runtimes/openvino_program.py)
     openvino-ops/               codecstream's own OpenVINO operations, built here (runtimes/openvino_extension.py)
 """

@@ -1,4 +1,4 @@
-"""The server's own decoder, downloaded once and cached by its digest: `decoder="auto"`.
+"""The server's own decoder, downloaded once and cached by its sha256: `decoder="auto"`.
 
 A server started with `--decoder-artifact DIR` offers the decoder artifacts of the checkpoint it
 serves (ListDecoderArtifacts). The client picks the one it can run best (a lossless stateful
@@ -6,10 +6,16 @@ artifact in the format of the first installed runtime, in open_decoder's order),
 (DownloadDecoderArtifact), resuming where a broken download stopped, checks the file against the
 manifest's sha256 and keeps it in the client's cache (cache.py) under
 
-    decoders/sha256-<decoder digest>/<format>-<mode>-<dtype>/{manifest.json, decoder.<format>}
+    decoders/sha256-<the file's sha256>/{manifest.json, decoder.<format>}
 
-so every later process, and every server with the same decoder weights, opens it from there
-without a download.
+so every later process, and every server that offers the same file, opens it from there without a
+download, and another export of the same weights is another file.
+
+What a server sends is data from the network, trusted for nothing but the codes it streams:
+the manifest's file name must be a plain name (Manifest refuses any other), nothing is written past
+the size the manifest lists nor above MAX_ARTIFACT_BYTES, and only formats whose runtimes read data
+and run their own kernels are fetched (NETWORK_FORMATS): a .pt2 is never, since torch.export.load
+unpickles what the archive marks as pickled, and a pickle can run any code.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from codecstream.client.errors import from_rpc_error
 from codecstream.client.runtimes import runnable_formats
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.errors import ManifestError
-from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, file_sha256, write_manifest
+from codecstream.protocol.manifest import Manifest, file_sha256, read_manifest, write_manifest
 from codecstream.v1 import codec_pb2
 from codecstream.v1 import synthesis_pb2 as pb
 
@@ -35,6 +41,14 @@ log = logging.getLogger(__name__)
 
 #: The `decoder` value that asks the server for its decoder.
 AUTO = "auto"
+#: Formats the client loads from a server. ONNX (protobuf) and .pte (flatbuffer) hold a graph of
+#: their runtime's own operators and weights; a .pt2 can hold pickles (see the module docstring).
+NETWORK_FORMATS = ("onnx", "pte")
+#: The largest file the client downloads: ONNX's protobuf cannot exceed 2 GiB, and the real-size
+#: fp32 decoder is under a quarter of it; a manifest listing more is refused before any byte.
+MAX_ARTIFACT_BYTES = 2 << 30
+#: Longest wait for the next part of a download: a server that stops sending fails the download.
+PART_TIMEOUT_S = 60.0
 #: Statuses after which a download is retried from where it stopped.
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 DOWNLOAD_ATTEMPTS = 5
@@ -57,7 +71,7 @@ def choose(offers: list[Offer], backend: str) -> Offer | None:
     """The offer to run: one the backend asked for can open (or any installed runtime, in
     open_decoder's order), a lossless fp32 graph before a lossy one, a stateful (exact) graph
     before a windowed one."""
-    formats = runnable_formats(backend)
+    formats = [fmt for fmt in runnable_formats(backend) if fmt in NETWORK_FORMATS]
     runnable = [o for o in offers if o.format in formats]
     ranked = sorted(
         runnable,
@@ -96,24 +110,47 @@ async def fetch_decoder(
             "(codecstream export-decoder), or start the server with --decoder-artifact DIR"
         )
     offer = choose(offers, backend)
+    if offer is None and not any(o.format in NETWORK_FORMATS for o in offers):
+        held = ", ".join(sorted({o.format for o in offers}))
+        raise DecoderLoadError(
+            f"the server at {target} offers only {held} decoder artifacts, which this client does not load "
+            "from a server: torch.export.load unpickles parts of a .pt2, and a pickle can run code. "
+            "Ask its operator for an ONNX or .pte export, or pass decoder=PATH"
+        )
     if offer is None:
         held = ", ".join(sorted({o.format for o in offers}))
         raise DecoderLoadError(
             f"the server at {target} offers {held} decoder artifacts, none of which this client can run "
             f"with backend {backend!r}: pip install 'codecstream-client[onnx]' (or the extra for {held})"
         )
-    directory = (cache_root() if cache_dir is None else cache_dir) / "decoders" / _digest_name(codec) / offer.name
-    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
     entry = offer.manifest.artifacts[offer.format]
-    path = directory / entry.file
+    if entry.size_bytes > MAX_ARTIFACT_BYTES:
+        raise DecoderLoadError(
+            f"the server at {target} lists size_bytes {entry.size_bytes} for its {offer.format} decoder, "
+            f"which is over the {MAX_ARTIFACT_BYTES} bytes a client downloads"
+        )
+    root = cache_root() if cache_dir is None else cache_dir
+    directory = root / "decoders" / digest_folder_name(entry.sha256)  # the manifest checked the sha256's form
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    path = directory / entry.file  # a plain name: the manifest refused any other
+    manifest = dataclasses.replace(offer.manifest, artifacts={offer.format: entry})
     # One download per directory at a time, across processes too (agents start several workers).
     async with _directory_lock(directory):
-        if not path.is_file() or path.stat().st_size != entry.size_bytes:
+        if not path.is_file():  # only a file whose sha256 was checked is ever renamed to `path`
             await _download(stub, metadata, entry.sha256, entry.size_bytes, path, target)
-        if not (directory / MANIFEST_FILE).is_file():
-            only_this_format = dataclasses.replace(offer.manifest, artifacts={offer.format: entry})
-            await asyncio.to_thread(write_manifest, directory, only_this_format)
+        await asyncio.to_thread(_keep_manifest, directory, manifest)
     return directory
+
+
+def _keep_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
+    """Write the offered manifest unless the one kept is the same: two servers may offer one file
+    under different manifests (a newer exporter's fields), and the latest offer describes it."""
+    try:
+        if read_manifest(directory) == manifest:
+            return
+    except ManifestError:
+        pass  # none yet, or one that no longer parses: replaced
+    write_manifest(directory, manifest)
 
 
 @contextlib.asynccontextmanager
@@ -131,13 +168,6 @@ async def _directory_lock(directory: pathlib.Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _digest_name(codec: codec_pb2.CodecSpec) -> str:
-    name = digest_folder_name(codec.decoder_digest)
-    if name is None:
-        raise DecoderLoadError(f"the server's decoder digest {codec.decoder_digest[:80]!r} is not a hash")
-    return name
-
-
 async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, target: str) -> None:
     """Fetch the file into `path` (through `path.part`, which a later call resumes) and check its sha256."""
     partial = path.with_name(path.name + ".part")
@@ -149,7 +179,7 @@ async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, 
             offset = 0
         try:
             if offset < size:
-                await _receive(stub, metadata, sha256, offset, partial)
+                await _receive(stub, metadata, sha256, offset, size, partial, target)
             break
         except grpc.RpcError as error:
             if error.code() not in _RETRYABLE or attempt == DOWNLOAD_ATTEMPTS:
@@ -166,15 +196,30 @@ async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, 
     partial.replace(path)
 
 
-async def _receive(stub, metadata, sha256: str, offset: int, partial: pathlib.Path) -> None:
+async def _receive(stub, metadata, sha256: str, offset: int, size: int, partial: pathlib.Path, target: str) -> None:
     call = stub.DownloadDecoderArtifact(
         pb.DownloadDecoderArtifactRequest(sha256=sha256, offset=offset), metadata=metadata
     )
+    parts = aiter(call)
     try:
         with open(partial, "ab") as handle:
-            async for part in call:
+            while True:
+                try:
+                    part = await asyncio.wait_for(anext(parts), PART_TIMEOUT_S)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise DecoderLoadError(
+                        f"the decoder download from {target} sent nothing for {PART_TIMEOUT_S:.0f} s at byte {offset}"
+                    ) from None
                 if part.offset != offset:
                     raise DecoderLoadError(f"the server sent bytes from {part.offset}, expected {offset}")
+                if offset + len(part.data) > size:
+                    handle.close()
+                    partial.unlink()
+                    raise DecoderLoadError(
+                        f"the server at {target} sent more than the {size} bytes its manifest lists: download discarded"
+                    )
                 await asyncio.to_thread(handle.write, part.data)
                 offset += len(part.data)
     finally:

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import pathlib
+import re
 from typing import Any
 
 from codecstream.protocol.codec_spec import CODEC_SPEC_FIELDS
@@ -41,6 +42,13 @@ ARTIFACT_DTYPES = {"pt2": ("fp32", "bf16", "bf16-mixed"), "pte": ("fp32", "int8"
 ARTIFACT_FORMATS = tuple(ARTIFACT_DTYPES)
 #: The file each format is written to inside an artifact directory.
 ARTIFACT_FILES = {"onnx": "decoder.onnx", "pte": "decoder.pte", "pt2": "decoder.pt2"}
+
+#: How a manifest names a file's bytes, and a download asks for them.
+SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+#: An artifact's file: a plain name inside the manifest's own directory. A manifest may come from a
+#: server (decoder="auto"), so a name with a folder, '..' or a drive would be a path of the sender's
+#: choosing on the client's disk.
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 _HASH_BLOCK = 1 << 22
 
@@ -187,13 +195,35 @@ class Manifest:
             raise ManifestError(
                 f"{where}: unknown artifact formats {unknown}, expected some of {', '.join(ARTIFACT_FORMATS)}"
             )
-        for fmt in manifest.artifacts:
+        for fmt, entry in manifest.artifacts.items():
+            _check_entry(where, fmt, entry)
             if manifest.dtype not in ARTIFACT_DTYPES[fmt]:
                 raise ManifestError(
                     f"{where}: dtype {manifest.dtype!r} is not one a {fmt} artifact is exported in "
                     f"({', '.join(ARTIFACT_DTYPES[fmt])})"
                 )
         return manifest
+
+
+def _check_entry(where: str, fmt: str, entry: ArtifactFile) -> None:
+    field = f"artifacts.{fmt}"
+    if not (isinstance(entry.file, str) and FILE_NAME.fullmatch(entry.file)):
+        raise ManifestError(
+            f"{where}: {field}.file must be a plain file name (letters, digits, '.', '_', '-'; no folder, "
+            f"at most 128 characters), got {_shown(entry.file)}"
+        )
+    if not (isinstance(entry.sha256, str) and SHA256.fullmatch(entry.sha256)):
+        raise ManifestError(f"{where}: {field}.sha256 must be 'sha256:' and 64 lowercase hex digits")
+    if type(entry.size_bytes) is not int or entry.size_bytes < 0:
+        raise ManifestError(
+            f"{where}: {field}.size_bytes must be a whole number of bytes, got {_shown(entry.size_bytes)}"
+        )
+
+
+def _shown(value: Any) -> str:
+    """A value from a manifest in an error message, bounded: a manifest may come from anyone."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_manifest(directory: pathlib.Path | str) -> Manifest:

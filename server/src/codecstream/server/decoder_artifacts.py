@@ -13,17 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import re
 from collections.abc import Iterator, Sequence
 
 from codecstream.protocol.codec_spec import spec_differences
 from codecstream.protocol.errors import ManifestError
-from codecstream.protocol.manifest import MANIFEST_FILE, read_manifest, verified_artifact_path
+from codecstream.protocol.manifest import MANIFEST_FILE, SHA256, read_manifest, verified_artifact_path
 from codecstream.v1 import codec_pb2
 
 #: Bytes per DownloadDecoderArtifactResponse: well under gRPC's 4 MB default message limit.
 PART_BYTES = 1 << 20
-_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class ArtifactNotOffered(LookupError):
@@ -77,7 +75,7 @@ class DecoderArtifacts:
 
     def open(self, sha256: str, offset: int) -> OfferedFile:
         """The file named by `sha256`, checked for a download from `offset`."""
-        if not _SHA256.fullmatch(sha256):
+        if not SHA256.fullmatch(sha256):
             raise ValueError(
                 "sha256 must be 'sha256:' and 64 lowercase hex digits, as a manifest lists it "
                 f"({len(sha256)} characters given)"
