@@ -160,3 +160,44 @@ def test_an_engine_that_fails_to_start_exits_1_with_one_line_and_leaves_nothing_
     assert err.strip().splitlines()[-1].startswith("codecstream-server: error: the engine did not start: ")
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"processes left after a failed start: {alive}"
+
+
+def test_a_signal_while_the_engine_starts_stops_the_start_instead_of_waiting_for_it(long_checkpoint, tmp_path):
+    """SIGTERM during the engine's start (tens of seconds on this CPU): the process ends the start it
+    no longer needs, leaves no engine process behind and exits 0, instead of waiting for the
+    engine to come up only to shut it down (52 s here). The bound is a hang check: a fraction of a start."""
+    began = time.time()
+    port, port_file = free_port(), tmp_path / "port"
+    process = subprocess.Popen(
+        [*SERVER, "--model", str(long_checkpoint), "--port", str(port), "--port-file", str(port_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        wait_for(lambda: starting(f"127.0.0.1:{port}"), START_TIMEOUT_S, step=0.1)  # listening, engine not up
+        time.sleep(3)  # well into the start: tokenizers loaded, the engine being built
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err[-2000:]
+    assert "codecstream-server: stopped while starting" in out
+    assert not port_file.exists()
+    time.sleep(2)  # a process the start spawned would be an orphan now
+    orphans = [
+        child
+        for child in psutil.process_iter(["create_time", "ppid", "name"])
+        if child.info["create_time"] >= began and child.info["ppid"] == 1
+    ]
+    assert not orphans, f"processes the start left behind: {[(o.pid, o.info['name']) for o in orphans]}"
+
+
+def starting(target: str) -> bool:
+    """Whether a server listens at `target` and answers NOT_SERVING (its engine is starting)."""
+    try:
+        with grpc.insecure_channel(target) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status
+    except grpc.RpcError:
+        return False
+    return status == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -12,6 +12,8 @@ import pytest
 from codecstream.client import Client, InvalidRequest
 from codecstream.protocol import qwen3_tts_12hz_spec
 from codecstream.server.limits import ServerLimits
+from codecstream.server.request import ModelOffering, TaskType, VoiceInfo
+from codecstream.server.request_parsing import parse_start
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -196,6 +198,32 @@ def test_sampling_values_the_engine_would_refuse_are_refused_before_the_header(r
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
 
 
+@pytest.mark.parametrize(
+    ("sampling", "field", "sent"),
+    [
+        (pb.SamplingParams(temperature=0.01), "temperature", 0.01),
+        (pb.SamplingParams(temperature=2.0), "temperature", 2.0),
+        (pb.SamplingParams(temperature=0.7), "temperature", 0.7),
+        (pb.SamplingParams(top_p=1.0), "top_p", 1.0),
+        (pb.SamplingParams(top_p=0.95), "top_p", 0.95),
+        (pb.SamplingParams(repetition_penalty=1.05), "repetition_penalty", 1.05),
+    ],
+)
+def test_sampling_values_at_their_limits_are_taken_as_the_client_wrote_them(sampling, field, sent):
+    """The fields are float32 on the wire: 0.01 arrives as 0.009999999776, which a float64 range check
+    refused ("must be in [0.01, 2], got 0.01"); the engine gets the decimal the client wrote."""
+    offering = ModelOffering(task_types=(TaskType.CUSTOM_VOICE,), voices=(VoiceInfo("ryan"),))
+    parsed = parse_start(
+        pb.Start(text="Hi.", sampling=sampling), offering, qwen3_tts_12hz_spec("sha256:0"), ServerLimits()
+    )
+    assert getattr(parsed.request.sampling, field) == sent
+
+
+def test_a_sampling_value_just_outside_its_range_is_refused_as_the_client_wrote_it(replay_server):
+    error = refusal(replay_server.target, pb.Start(text="Hi.", sampling=pb.SamplingParams(temperature=0.0099)))
+    assert "sampling.temperature must be in [0.01, 2], got 0.0099" in error.details()
+
+
 def test_codec_info_states_every_limit_the_server_enforces(replay_server, clone_server):
     limits = ServerLimits()
     with Client(replay_server.target) as client:
@@ -259,9 +287,24 @@ def test_a_string_field_that_is_not_utf8_is_invalid_argument_not_unknown(replay_
     responses, error = raw_synthesize(replay_server.target, start_with_text_bytes(b"Hi " + lone_surrogate))
     assert not responses and error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error.details() == (
-        "a message could not be parsed as codecstream.v1.SynthesizeRequest (string fields must be valid UTF-8)"
+        "a message could not be parsed as codecstream.v1.SynthesizeRequest: start.text is not valid UTF-8"
     )
     assert_serving(replay_server.target)
+
+
+@pytest.mark.parametrize(
+    ("garbage", "why"),
+    [
+        (b"\xff\xff\xff", "the field at byte 0 is cut short"),
+        (b"\x0a\x05ab", "the field at byte 0 is cut short"),
+        (b"\x0f\x00", "the field at byte 0 has wire type 7, which protobuf does not have"),
+        (b"\x0a\x03\x0a\x09a", "the field at byte 2 is cut short"),
+    ],
+)
+def test_bytes_that_are_no_protobuf_are_refused_for_what_they_are_not_blamed_on_utf8(replay_server, garbage, why):
+    responses, error = raw_synthesize(replay_server.target, garbage)
+    assert not responses and error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == f"a message could not be parsed as codecstream.v1.SynthesizeRequest: {why}"
 
 
 def test_an_unparsable_message_after_the_header_ends_the_stream_with_end_error_then_invalid_argument(

@@ -98,6 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="streams one client (token, or address) may hold at once (0: no limit; behind a proxy that "
         "hides client addresses, give clients tokens or raise it)",
     )
+    parser.add_argument(
+        "--max-downloads-per-client",
+        type=int,
+        default=limits.max_downloads_per_client,
+        metavar="N",
+        help="decoder downloads one client may hold at once (0: no limit)",
+    )
+    parser.add_argument(
+        "--max-downloads",
+        type=int,
+        default=limits.max_concurrent_downloads,
+        metavar="N",
+        help="decoder downloads sent at once; more wait for a slot",
+    )
     parser.add_argument("--resume-window", type=float, default=limits.resume_window_s, metavar="SECONDS")
     parser.add_argument(
         "--stalled-client-timeout",
@@ -189,6 +203,8 @@ NUMERIC_FLAGS = {
     "max_streams": (">= 1", lambda value: value >= 1),
     "rate_limit": (">= 0", lambda value: value >= 0),
     "max_streams_per_client": (">= 0", lambda value: value >= 0),
+    "max_downloads_per_client": (">= 0", lambda value: value >= 0),
+    "max_downloads": (">= 1", lambda value: value >= 1),
     "resume_window": (">= 0", lambda value: value >= 0),
     "stalled_client_timeout": ("> 0", lambda value: value > 0),
     "keepalive": ("> 0", lambda value: value > 0),
@@ -224,6 +240,8 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         max_concurrent_streams=args.max_streams,
         max_streams_per_client=args.max_streams_per_client,
         streams_per_client_per_minute=args.rate_limit,
+        max_downloads_per_client=args.max_downloads_per_client,
+        max_concurrent_downloads=args.max_downloads,
         resume_window_s=args.resume_window,
         stalled_client_timeout_s=args.stalled_client_timeout,
         default_chunking=chunking,

@@ -19,6 +19,7 @@ from codecstream.protocol.codec_spec import spec_differences
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, SHA256, read_manifest, verified_artifact_path
 from codecstream.v1 import codec_pb2
+from codecstream.v1 import synthesis_pb2 as pb
 
 #: Bytes per DownloadDecoderArtifactResponse: well under gRPC's 4 MB default message limit.
 PART_BYTES = 1 << 20
@@ -88,13 +89,14 @@ class DecoderArtifacts:
         return offered
 
 
-def read_parts(offered: OfferedFile, offset: int) -> Iterator[tuple[int, bytes]]:
-    """(offset, bytes) parts of `offered` from `offset` to its end, PART_BYTES each (blocking reads)."""
+def serialized_parts(offered: OfferedFile, offset: int) -> Iterator[tuple[int, bytes]]:
+    """(bytes of the file, serialized DownloadDecoderArtifactResponse) for each part of `offered`
+    from `offset` to its end, PART_BYTES each (blocking reads and copies: run it in a thread)."""
     with open(offered.path, "rb") as handle:
         handle.seek(offset)
         while offset < offered.size_bytes:
             data = handle.read(min(PART_BYTES, offered.size_bytes - offset))
             if not data:
                 return
-            yield offset, data
+            yield len(data), pb.DownloadDecoderArtifactResponse(offset=offset, data=data).SerializeToString()
             offset += len(data)

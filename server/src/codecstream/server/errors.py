@@ -1,7 +1,8 @@
 """What can go wrong with a stream, as the server's layers tell each other.
 
 Before a stream's Header the answer is a `Refusal` (a gRPC status and its message); after it,
-`GenerationFailed` ends the stream with End(ERROR) and `TextInputViolation` with End(ERROR) then
+`GenerationFailed` ends the stream with End(ERROR) (`TextInputExpired`, a streamed text left
+waiting, is one the client caused) and `TextInputViolation` with End(ERROR) then
 INVALID_ARGUMENT. `SourceUnavailable` is the engine itself failing. Messages name the field and
 the limit and quote client input only through `preview`.
 """
@@ -24,6 +25,11 @@ def invalid(message: str) -> Refusal:
 
 class GenerationFailed(Exception):
     """Generation stopped on a failure; the message is one line a client may read (End.message)."""
+
+
+class TextInputExpired(GenerationFailed):
+    """A streamed text's client sent no speakable text, or no end_of_input, within the limits: the
+    stream ends with End(ERROR) for the client's own doing, which is no failure of the server."""
 
 
 class SourceUnavailable(Exception):

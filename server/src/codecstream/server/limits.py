@@ -43,12 +43,29 @@ class ServerLimits:
     #: the server by default, so no one client can take every slot (behind a proxy that hides
     #: the client's address, give clients tokens or raise it).
     max_streams_per_client: int = 256
+    #: Streams one client may hold at once on an engine that runs a bounded number of requests
+    #: (its max_num_seqs): every stream holds one of them from its Start to its End, a streamed
+    #: text for as long as its client keeps it open. None: half of the engine's slots, so that one
+    #: client cannot take every slot while its streams wait for text; 0: no such share.
+    max_engine_requests_per_client: int | None = None
+    #: A growing request (streamed text on the engine) whose client sends no text for this long
+    #: while the engine holds it ends with End(ERROR): a request waiting for words keeps its engine
+    #: slot, which speakable text every text_input_timeout_s would otherwise hold for
+    #: max_text_input_s. An LLM's pause between tokens is seconds at most.
+    max_engine_wait_s: float = 20.0
     #: Streams one client (checked token, or peer address) may start per minute; 0: unlimited.
     streams_per_client_per_minute: int = 0
     #: How long a resumable stream waits for its client to reattach, in seconds; 0: no resume.
     resume_window_s: float = 5.0
     #: Sent chunks a resumable stream keeps for Resume beyond the last Ack.
     resume_retained_chunks: int = 512
+    #: Decoder downloads one client (checked token, or peer address) may hold at once; 0: unlimited.
+    #: A client needs one file once per cache folder; each held download holds up to a part in gRPC's
+    #: buffers, so unbounded downloads from one client were a memory flood (2.4 GB for 500).
+    max_downloads_per_client: int = 2
+    #: Decoder downloads sent at once; more wait for a slot. Each sends as fast as its client reads,
+    #: so a few fill any link, and the rest would only take event-loop time from streams.
+    max_concurrent_downloads: int = 4
     #: How long a call may take to send its first message (Start or Resume), in seconds.
     first_message_timeout_s: float = 10.0
     #: A call whose client reads nothing for this long is dropped as if disconnected, in seconds.

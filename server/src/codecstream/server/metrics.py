@@ -57,9 +57,14 @@ class Metrics:
         self.artifact_bytes = Counter(
             "codecstream_decoder_artifact_bytes", "Decoder artifact bytes sent to clients", registry=r
         )
+        self.downloads_running = Gauge(
+            "codecstream_decoder_artifact_downloads_running",
+            "DownloadDecoderArtifact calls sending now (at most max_concurrent_downloads)",
+            registry=r,
+        )
         self.stalled_clients = Counter(
             "codecstream_stalled_clients",
-            "Calls dropped because their client read nothing for the stall timeout",
+            "Calls (streams and downloads) dropped because their client read nothing for the stall timeout",
             registry=r,
         )
         self.errors = Counter("codecstream_errors", "Internal errors, by kind", ["kind"], registry=r)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codec_spec import spec_differences
@@ -169,21 +170,37 @@ def _check_voice(voice: str, task: TaskType, offering: ModelOffering) -> str:
     return known[voice.strip().lower()]
 
 
+def _as_written(value: float) -> float:
+    """A float32 field as the client wrote it: the shortest decimal that is the same float32
+    (0.01 arrives as 0.009999999776, which a float64 range check refuses)."""
+    if not math.isfinite(value):
+        return value
+    for digits in range(1, 10):
+        shortest = float(f"{value:.{digits}g}")
+        if struct.unpack("f", struct.pack("f", shortest))[0] == value:
+            return shortest
+    return value
+
+
+def _float_field(sampling: pb.SamplingParams, name: str) -> float | None:
+    return _as_written(getattr(sampling, name)) if sampling.HasField(name) else None
+
+
 def _parse_sampling(sampling: pb.SamplingParams) -> SamplingOverrides:
-    temperature = sampling.temperature if sampling.HasField("temperature") else None
+    temperature = _float_field(sampling, "temperature")
     if temperature is not None and not (
         math.isfinite(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE
     ):
         raise invalid(
             f"sampling.temperature must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {temperature:g}"
         )
-    top_p = sampling.top_p if sampling.HasField("top_p") else None
+    top_p = _float_field(sampling, "top_p")
     if top_p is not None and not 0 < top_p <= 1:
         raise invalid(f"sampling.top_p must be in (0, 1], got {top_p:g}")
     top_k = sampling.top_k if sampling.HasField("top_k") else None
     if top_k is not None and top_k < 1:
         raise invalid(f"sampling.top_k must be >= 1, got {top_k}")
-    penalty = sampling.repetition_penalty if sampling.HasField("repetition_penalty") else None
+    penalty = _float_field(sampling, "repetition_penalty")
     if penalty is not None and not (math.isfinite(penalty) and penalty > 0):
         raise invalid(f"sampling.repetition_penalty must be finite and > 0, got {penalty:g}")
     return SamplingOverrides(temperature=temperature, top_p=top_p, top_k=top_k, repetition_penalty=penalty)

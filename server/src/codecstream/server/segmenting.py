@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable
+from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, TextInputExpired
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation, SegmentEnd
@@ -140,6 +140,10 @@ class SegmentingSource(CodeSource):
     def grows_streamed_text(self) -> bool:
         return self.inner.grows_streamed_text
 
+    @property
+    def engine_slots(self) -> int | None:
+        return self.inner.engine_slots
+
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         if request.streamed_text is None:
             return await self.inner.open(request, stream_id)
@@ -196,7 +200,7 @@ class SegmentedGeneration(Generation):
                 return None
             timeout, why = text.input_time_left()
             if timeout <= 0:
-                raise GenerationFailed(why)
+                raise TextInputExpired(why)
             if self._segmenter.pending(text.text):
                 idle_s = text.last_text_at + limits.text_idle_s - time.monotonic()
                 if idle_s <= 0:  # idle: speak the partial clause

@@ -19,7 +19,12 @@ import grpc
 from codecstream.protocol.preview import preview
 from codecstream.server import __version__
 from codecstream.server.auth import principal
-from codecstream.server.decoder_artifacts import ArtifactNotOffered, DecoderArtifacts, OffsetOutOfRange, read_parts
+from codecstream.server.decoder_artifacts import (
+    ArtifactNotOffered,
+    DecoderArtifacts,
+    OffsetOutOfRange,
+    serialized_parts,
+)
 from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
 from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
@@ -68,6 +73,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self._unavailable: str | None = STARTING
         #: Stream slots taken by opens still waiting on the reference audio or the engine, by client.
         self._opening_by: collections.Counter[str] = collections.Counter()
+        #: Decoder downloads running or waiting for a slot, by client; and the slots.
+        self._downloads_by: collections.Counter[str] = collections.Counter()
+        self._download_slots = asyncio.Semaphore(limits.max_concurrent_downloads)
         self._background: set[asyncio.Task] = set()
 
     # -- availability ------------------------------------------------------------------------
@@ -93,6 +101,20 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         return TaskType.BASE in self.source.offering.task_types
 
     @property
+    def engine_share(self) -> int:
+        """Streams one client may hold on this engine (ServerLimits.max_engine_requests_per_client); 0: any."""
+        slots, share = self.source.engine_slots, self.limits.max_engine_requests_per_client
+        if not slots or share == 0:
+            return 0
+        return max(1, slots // 2) if share is None else share
+
+    @property
+    def streams_per_client(self) -> int:
+        """The streams one client may hold: the tighter of the per-client limit and the engine share."""
+        limits = [n for n in (self.limits.max_streams_per_client, self.engine_share) if n]
+        return min(limits, default=0)
+
+    @property
     def max_request_bytes(self) -> int:
         return self.limits.max_request_bytes(reference_audio=self.takes_reference_audio)
 
@@ -100,7 +122,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, invalid(request.reason))
+            return self._refuse_unary(context, invalid(request.reason))
         limits = self.limits
         return pb.GetCodecInfoResponse(
             codec=self.source.codec,
@@ -127,14 +149,14 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             start_gate_tokens=limits.start_gate_tokens,
             text_input_timeout_ms=round(limits.text_input_timeout_s * 1000),
             max_text_input_ms=round(limits.max_text_input_s * 1000),
-            max_streams_per_client=limits.max_streams_per_client,
+            max_streams_per_client=self.streams_per_client,
             control_messages_per_s=limits.control_messages_per_s,
             control_message_burst=limits.control_message_burst,
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, invalid(request.reason))
+            return self._refuse_unary(context, invalid(request.reason))
         offering = self.source.offering
         return pb.ListVoicesResponse(
             voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in offering.voices],
@@ -143,28 +165,60 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     async def ListDecoderArtifacts(self, request, context) -> pb.ListDecoderArtifactsResponse:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, invalid(request.reason))
+            return self._refuse_unary(context, invalid(request.reason))
         return pb.ListDecoderArtifactsResponse(
             artifacts=[pb.DecoderArtifact(manifest_json=manifest) for manifest in self.artifacts.manifests_json]
         )
 
     async def DownloadDecoderArtifact(self, request, context) -> None:
         if isinstance(request, UnreadableMessage):
-            await self._reject(context, invalid(request.reason))
+            return self._refuse_unary(context, invalid(request.reason))
         try:
             offered = self.artifacts.open(request.sha256, request.offset)
         except ArtifactNotOffered as error:
-            await self._reject(context, Refusal("NOT_FOUND", str(error)))
+            return self._refuse_unary(context, Refusal("NOT_FOUND", str(error)))
         except OffsetOutOfRange as error:
-            await self._reject(context, Refusal("OUT_OF_RANGE", str(error)))
+            return self._refuse_unary(context, Refusal("OUT_OF_RANGE", str(error)))
         except ValueError as error:
-            await self._reject(context, invalid(str(error)))
-        parts = read_parts(offered, request.offset)
-        self.metrics.artifact_downloads.inc()
-        while (part := await asyncio.to_thread(next, parts, None)) is not None:  # file reads off the loop
-            offset, data = part
-            await context.write(pb.DownloadDecoderArtifactResponse(offset=offset, data=data))
-            self.metrics.artifact_bytes.inc(len(data))
+            return self._refuse_unary(context, invalid(str(error)))
+        client = self._caller(context)
+        share = self.limits.max_downloads_per_client
+        if share and self._downloads_by[client] >= share:
+            return self._refuse_unary(
+                context,
+                Refusal(
+                    "RESOURCE_EXHAUSTED",
+                    f"this client has {share} decoder downloads running (max_downloads_per_client); "
+                    "retry when one has finished",
+                ),
+            )
+        self._downloads_by[client] += 1
+        try:
+            async with self._download_slots:
+                self.metrics.artifact_downloads.inc()
+                self.metrics.downloads_running.inc()
+                try:
+                    await self._send_parts(offered, request.offset, context)
+                finally:
+                    self.metrics.downloads_running.dec()
+        finally:
+            self._downloads_by[client] -= 1
+            if not self._downloads_by[client]:
+                del self._downloads_by[client]
+
+    async def _send_parts(self, offered, offset: int, context) -> None:
+        """Send the file from `offset` on. Each part is read and serialized in a thread (the handler's
+        serializer passes bytes through), so the event loop only hands finished messages to gRPC."""
+        parts = serialized_parts(offered, offset)
+        while (part := await asyncio.to_thread(next, parts, None)) is not None:
+            size, message = part
+            if not await self._write(context, message):
+                self.metrics.stalled_clients.inc()
+                timeout = self.limits.stalled_client_timeout_s
+                log.info("dropped a decoder download whose client read nothing for %g s", timeout)
+                # As for a stalled stream (_follow): the pending write makes a status fail inside gRPC.
+                raise asyncio.CancelledError(f"the client read nothing for {timeout:g} s")
+            self.metrics.artifact_bytes.inc(size)
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -250,7 +304,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             raise invalid(first.reason)
         return first
 
-    async def _write(self, context, response: pb.SynthesizeResponse) -> bool:
+    async def _write(self, context, response: pb.SynthesizeResponse | bytes) -> bool:
         """Send one message; False if the client read nothing for the stall timeout."""
         try:
             await asyncio.wait_for(context.write(response), self.limits.stalled_client_timeout_s)
@@ -276,6 +330,13 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         if per_client and held >= per_client:
             raise Refusal(
                 "RESOURCE_EXHAUSTED", f"client {caller} holds {held} streams, the limit per client is {per_client}"
+            )
+        share = self.engine_share
+        if share and held >= share:
+            raise Refusal(
+                "RESOURCE_EXHAUSTED",
+                f"client {caller} holds {held} streams, its share of the engine's {self.source.engine_slots} "
+                f"request slots (max_engine_requests_per_client)",
             )
         # A client that overran its message budget opens nothing until the budget is whole again: a
         # flood that reconnects as each call ends would otherwise open an engine request a call.
@@ -424,10 +485,11 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             del self.sessions[session.stream_id]
         self.metrics.active.set(len(self.sessions))
 
-    async def _reject(self, context, refusal: Refusal):
-        """Refuse a unary call: count it and raise the status through gRPC (its request is small)."""
+    def _refuse_unary(self, context, refusal: Refusal) -> None:
+        """Refuse a call whose request came whole (unary, server-streaming): the handler returns
+        with this status set. Not context.abort, for the reason _refuse gives."""
         self._count_refusal(refusal)
-        await context.abort(getattr(grpc.StatusCode, refusal.status), refusal.message)
+        _set_status(context, refusal.status, refusal.message)
 
     async def _refuse(self, context, requests, refusal: Refusal) -> None:
         """Refuse a Synthesize call before its Header: the handler returns with this status set.

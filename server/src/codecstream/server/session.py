@@ -21,7 +21,7 @@ import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.protocol.text_timing import WordClock
-from codecstream.server.errors import GenerationFailed, Refusal, TextInputViolation
+from codecstream.server.errors import GenerationFailed, Refusal, TextInputExpired, TextInputViolation
 from codecstream.server.metrics import Metrics
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Finished, FinishReason, Frames, Generation, SegmentEnd
@@ -198,6 +198,9 @@ class StreamSession:
             outcome = await self._chunk_frames()
         except asyncio.CancelledError:
             pass  # stop() gave up waiting for the generator; the stop request says why
+        except TextInputExpired as error:
+            log.info("stream %s: %s", self.stream_id, error)
+            outcome = Failure(str(error))
         except GenerationFailed as error:
             log.warning("stream %s: generation failed: %s", self.stream_id, error)
             outcome = Failure(f"generation failed: {error}")

@@ -96,6 +96,9 @@ class CodeSource(abc.ABC):
     #: Whether `open_streamed` speaks a streamed text as one request that grows as the text
     #: arrives; a source without it gets streamed text cut into segments (segmenting.py).
     grows_streamed_text: bool = False
+    #: Requests the engine generates at once (vLLM's max_num_seqs), once started; None for a source
+    #: without such a bound (replay). A stream holds one from its Start to its End.
+    engine_slots: int | None = None
 
     @abc.abstractmethod
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:

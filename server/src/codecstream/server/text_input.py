@@ -76,15 +76,19 @@ class StreamedText:
         """Text before this offset is to be spoken now (the last flush or the end of the input)."""
         return self.flushes[-1] if self.flushes else 0
 
-    def input_time_left(self) -> tuple[float, str]:
+    def input_time_left(self, engine_wait_s: float | None = None) -> tuple[float, str]:
         """Seconds until the input expires unless speakable text (or its end) arrives, and why it
-        would expire."""
+        would expire. `engine_wait_s`: the engine holds a request for this text, which may wait
+        that long for more (ServerLimits.max_engine_wait_s)."""
         now = self._clock()
         quiet_left = self.last_text_at + self._input_timeout_s - now
         life_left = self.opened_at + self._max_input_s - now
-        if life_left < quiet_left:
-            return life_left, f"the text input did not end within {self._max_input_s:g} s"
-        return quiet_left, f"no text for {self._input_timeout_s:g} s and no end_of_input"
+        held_left = self.last_text_at + engine_wait_s - now if engine_wait_s is not None else quiet_left
+        if life_left < min(quiet_left, held_left):
+            return life_left, f"text input expired: it did not end within {self._max_input_s:g} s"
+        if held_left < quiet_left:
+            return held_left, f"text input expired: no text for {engine_wait_s:g} s while the engine held its request"
+        return quiet_left, f"text input expired: no text for {self._input_timeout_s:g} s and no end_of_input"
 
     def wake(self) -> None:
         """Wake whoever waits in `changed` (new text, or a reader that must stop waiting)."""

@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from codecstream.server.errors import GenerationFailed
+from codecstream.server.errors import GenerationFailed, TextInputExpired
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Event, Finished, FinishReason, Frames, Generation, SegmentEnd
@@ -97,11 +97,12 @@ class GrowingTalkerGeneration(Generation):
             self._tokens.push(self._text.text[self._pushed : offset])
             self._pushed = offset
 
-    async def _wait_for_text(self) -> None:
-        """Until more text arrives (or the stream is stopped); the input timeout applies."""
-        timeout, why = self._text.input_time_left()
+    async def _wait_for_text(self, holding_engine: bool = False) -> None:
+        """Until more text arrives (or the stream is stopped); the input timeout applies, and while
+        the engine holds the request for it, max_engine_wait_s (the slot is then not free for others)."""
+        timeout, why = self._text.input_time_left(self._limits.max_engine_wait_s if holding_engine else None)
         if timeout <= 0:
-            raise GenerationFailed(why)
+            raise TextInputExpired(why)
         await self._text.changed(timeout)
 
     def _gate_open(self) -> bool:
@@ -212,7 +213,7 @@ class GrowingTalkerGeneration(Generation):
                     self._fed += len(new)
                     self._final_fed = self._tokens_ended
                     continue
-                await self._wait_for_text()
+                await self._wait_for_text(holding_engine=True)
         except asyncio.CancelledError:
             raise
         except GenerationFailed as failure:

@@ -31,6 +31,7 @@ from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.decoding import NUM_CODEBOOKS, SAMPLE_RATE_HZ
 from codecstream.protocol.errors import CodesError
 from codecstream.server.checkpoint_info import read_checkpoint_info, resolve_model_dir
+from codecstream.server.engine.engine_start import create_engine
 from codecstream.server.engine.growing_generation import GrowingTalkerGeneration
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, invalid
 from codecstream.server.limits import ServerLimits
@@ -225,17 +226,11 @@ class VllmTalkerSource(CodeSource):
         first client does not pay the engine's first-request costs (seconds on a CPU)."""
         if self._engine is not None:
             return
-        creating = asyncio.get_running_loop().run_in_executor(None, self._create_engine)
-        try:
-            engine = await asyncio.shield(creating)
-        except asyncio.CancelledError:
-            # Stopped while starting: the engine still comes up in its thread; shut it down then.
-            engine = await creating
-            await asyncio.to_thread(engine.shutdown)
-            raise
+        engine = await create_engine(self._create_engine, lambda started: started.shutdown())
         self._engine = engine
         stage = engine.engine.stage_configs[_TALKER_STAGE]
         self._max_model_len = stage.scheduler_config.max_model_len
+        self.engine_slots = stage.scheduler_config.max_num_seqs
         self._default_sampling = engine.default_sampling_params_list[_TALKER_STAGE]
         feeding = await engine.collective_rpc("codecstream_text_feeding", stage_ids=[_TALKER_STAGE])
         can_grow = all(_flatten(feeding)) and self.checkpoint.task_type is not TaskType.BASE

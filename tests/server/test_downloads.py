@@ -1,0 +1,127 @@
+"""Decoder downloads as a shared resource: a client that stops reading is dropped like a stalled
+stream, one client holds at most `max_downloads_per_client` at once, a download cancelled mid-write
+leaves no traceback, and refusals end the call without context.abort (whose exception kept the
+request alive until a full collection). Real replay servers on loopback sockets, an artifact of
+random bytes large enough to fill every buffer between the two sides."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+
+import grpc
+import pytest
+from codecstream.server.limits import ServerLimits
+from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.v1 import synthesis_pb2_grpc
+
+from tests.conftest import random_codes
+from tests.malicious_server import DIGEST, manifest_json
+
+SIZE = 48 << 20  # far over the kernel's socket buffers and HTTP/2's windows
+
+
+@pytest.fixture(scope="module")
+def large_artifact(tmp_path_factory):
+    """An artifact directory of the test digest whose one file is SIZE random bytes."""
+    directory = tmp_path_factory.mktemp("artifact")
+    data = os.urandom(SIZE)
+    (directory / "decoder.onnx").write_bytes(data)
+    (directory / "manifest.json").write_text(manifest_json("onnx", "decoder.onnx", data))
+    return directory, json.loads((directory / "manifest.json").read_text())["artifacts"]["onnx"]["sha256"]
+
+
+@pytest.fixture
+def offering(replay_server_factory, large_artifact):
+    def start(**limits):
+        directory, _ = large_artifact
+        return replay_server_factory(
+            codes=random_codes(8),
+            decoder_digest=DIGEST,
+            decoder_artifacts=(directory,),
+            limits=ServerLimits(**limits),
+        )
+
+    return start
+
+
+def gauge(server, name: str) -> float:
+    return server.server.metrics.registry.get_sample_value(name) or 0.0
+
+
+def test_a_download_whose_client_stops_reading_is_dropped_after_the_stall_timeout_without_a_traceback(
+    offering, large_artifact, proxy_factory, caplog
+):
+    server = offering(stalled_client_timeout_s=0.5)
+    proxy = proxy_factory(server.server.port)
+    _, sha256 = large_artifact
+    with grpc.insecure_channel(proxy.target) as channel:
+        parts = synthesis_pb2_grpc.SynthesisServiceStub(channel).DownloadDecoderArtifact(
+            pb.DownloadDecoderArtifactRequest(sha256=sha256)
+        )
+        next(parts)
+        proxy.freeze_to_client()  # the client reads nothing more
+        assert server.wait_until(lambda: gauge(server, "codecstream_stalled_clients_total") == 1, timeout=20)
+        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0)
+        parts.cancel()
+    # Dropping the client is the server's own decision: no error (ExecuteBatchError) is logged.
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_one_client_holds_at_most_its_share_of_downloads(offering, large_artifact):
+    server = offering(max_downloads_per_client=2)
+    _, sha256 = large_artifact
+    with grpc.insecure_channel(server.target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        held = [stub.DownloadDecoderArtifact(pb.DownloadDecoderArtifactRequest(sha256=sha256)) for _ in range(2)]
+        for call in held:
+            next(call)  # both are running
+        with pytest.raises(grpc.RpcError) as refused:
+            next(stub.DownloadDecoderArtifact(pb.DownloadDecoderArtifactRequest(sha256=sha256)))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "2 decoder downloads running" in refused.value.details()
+        assert "max_downloads_per_client" in refused.value.details()
+        held[0].cancel()
+        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 1)
+        again = stub.DownloadDecoderArtifact(pb.DownloadDecoderArtifactRequest(sha256=sha256, offset=SIZE - 10))
+        assert sum(len(part.data) for part in again) == 10  # a freed share is taken again
+        held[1].cancel()
+
+
+def test_a_download_cancelled_mid_write_logs_no_traceback(offering, large_artifact, caplog):
+    server = offering()
+    _, sha256 = large_artifact
+    with caplog.at_level(logging.DEBUG):
+        for attempt in range(20):
+            with grpc.insecure_channel(server.target) as channel:
+                parts = synthesis_pb2_grpc.SynthesisServiceStub(channel).DownloadDecoderArtifact(
+                    pb.DownloadDecoderArtifactRequest(sha256=sha256)
+                )
+                for _ in range(1 + attempt % 5):  # cancelled while the server writes, at various points
+                    next(parts)
+                parts.cancel()
+        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0)
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
+    assert errors == [], [record.getMessage() for record in errors]
+
+
+def test_a_refused_download_ends_without_an_abort_that_keeps_its_request(offering):
+    server = offering()
+    with grpc.insecure_channel(server.target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        unparseable = channel.unary_unary("/codecstream.v1.SynthesisService/GetCodecInfo")
+        gc.collect()
+        gc.disable()  # what a refusal leaves is what stays until the next collection
+        try:
+            for _ in range(3):
+                with pytest.raises(grpc.RpcError) as refused:
+                    list(stub.DownloadDecoderArtifact(pb.DownloadDecoderArtifactRequest(sha256="x" * 50_000)))
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                with pytest.raises(grpc.RpcError):
+                    unparseable(b"\xff\xff\xff")  # refused by the unary path
+            kept = [o for o in gc.get_objects() if isinstance(o, grpc.aio.AbortError)]
+        finally:
+            gc.enable()
+    assert kept == []
