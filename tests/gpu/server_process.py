@@ -55,6 +55,8 @@ class ServerProcess:
             sys.executable, "-m", "codecstream.server.cli", "--model", str(checkpoint),
             "--deploy-config", str(deploy_config), "--port", "0", "--port-file", str(self.port_file),
             "--metrics-port", str(self.metrics_port),
+            # The lane is one client that fills the engine's batch on purpose (64 streams at once).
+            "--max-engine-requests-per-client", "0",
         ]  # fmt: skip
         self.command = " ".join(command)
         self._log = log_path.open("w")

@@ -13,7 +13,9 @@ import tracemalloc
 
 import grpc
 import pytest
+from codecstream.client import Client
 from codecstream.server.limits import ServerLimits
+from codecstream.server.replay import ReplaySource
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -321,3 +323,42 @@ def test_a_streamed_text_with_nothing_to_say_ends_at_once_without_audio(replay_s
     timed, code, _ = timed_call(server.target, messages, False)
     _, end = end_of(timed)
     assert code == grpc.StatusCode.OK and end.reason == pb.END_REASON_EOS and end.frames_generated == 0
+
+
+class EightSlotReplay(ReplaySource):
+    """A replay source that says what the CPU engine says: 8 requests generate at once."""
+
+    engine_slots = 8
+
+
+def test_one_client_holds_at_most_half_of_the_engine_s_request_slots_and_others_still_start(replay_server_factory):
+    """On main one client held every slot of the engine with streamed texts it kept open (one 'a'
+    every 50 s), and every other client's first chunk waited 131 s for them to end."""
+    server = replay_server_factory(
+        codes=random_codes(4), source_class=EightSlotReplay, auth_tokens=frozenset({"holder", "neighbour"})
+    )
+    holder, neighbour = [("authorization", "Bearer holder")], [("authorization", "Bearer neighbour")]
+    with grpc.insecure_channel(server.target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        release = threading.Event()
+
+        def held_open():
+            yield streaming_start("Hello")
+            release.wait(20)
+
+        calls = [stub.Synthesize(held_open(), timeout=20, metadata=holder) for _ in range(4)]
+        for held in calls:
+            assert next(held).HasField("header")
+        timed, code, details = timed_call(server.target, [(0, streaming_start("One more."))], True, metadata=holder)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and not timed
+        share = r"client \S+ holds 4 streams, its share of the engine's 8 request slots"
+        assert re.fullmatch(share + r" \(max_engine_requests_per_client\)", details), details
+        timed, code, _ = timed_call(
+            server.target, [(0, streaming_start("Hello.")), (0, text_input(end=True))], True, metadata=neighbour
+        )
+        assert code == grpc.StatusCode.OK and end_of(timed)[1].reason == pb.END_REASON_EOS
+        with Client(server.target, token="neighbour") as client:
+            assert client.codec_info().max_streams_per_client == 4  # the share, stated where clients read limits
+        release.set()
+        for held in calls:
+            list(held)

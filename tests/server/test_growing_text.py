@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from codecstream.server.errors import GenerationFailed, TextInputExpired
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Finished, FinishReason, Frames, SegmentEnd
@@ -235,3 +236,29 @@ def test_a_text_with_nothing_to_say_ends_without_an_engine_step(talker_engine, n
     spoken = talker_engine.run(speak(talker_engine.source, [(nothing, 0.0)], f"nothing-{len(nothing)}"))
     assert spoken.finished is not None and spoken.finished.reason is FinishReason.EOS
     assert len(spoken.codes) == 0
+
+
+def test_a_request_the_engine_holds_for_text_gives_its_slot_back_after_max_engine_wait_s(talker_engine):
+    """A growing request waiting for its next words keeps an engine slot. A client that sends one
+    speakable character every text_input_timeout_s held its slot for max_text_input_s (600 s); past
+    max_engine_wait_s the request ends, with a message that says why, and the engine holds nothing."""
+    source, limits = talker_engine.source, ServerLimits(max_engine_wait_s=1.0)
+
+    async def run():
+        text = StreamedText("", limits)
+        request = SynthesisRequest(text="", voice="ryan", seed=SEED, max_frames=600, streamed_text=text)
+        generation = await source.open_streamed(request, "held-for-text", limits)
+        text.push(REPLY[:40], flush=False, end_of_input=False)
+        frames = 0
+        try:
+            async for event in generation:
+                frames += len(event.codes) if isinstance(event, Frames) else 0
+        except GenerationFailed as failure:
+            return frames, failure
+        return frames, None
+
+    frames, failure = talker_engine.run(run())
+    assert frames > 0  # it spoke what it had, then waited
+    assert isinstance(failure, TextInputExpired)
+    assert str(failure) == "text input expired: no text for 1 s while the engine held its request"
+    assert talker_engine.wait_for_no_live_requests() == 0

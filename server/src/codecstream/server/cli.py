@@ -99,6 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
         "hides client addresses, give clients tokens or raise it)",
     )
     parser.add_argument(
+        "--max-engine-requests-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="streams one client may hold on the engine (default: half its max_num_seqs; 0: no share)",
+    )
+    parser.add_argument(
+        "--max-engine-wait",
+        type=float,
+        default=limits.max_engine_wait_s,
+        metavar="SECONDS",
+        help="a streamed text the engine holds a request for ends after this long without text",
+    )
+    parser.add_argument(
         "--max-downloads-per-client",
         type=int,
         default=limits.max_downloads_per_client,
@@ -203,6 +217,8 @@ NUMERIC_FLAGS = {
     "max_streams": (">= 1", lambda value: value >= 1),
     "rate_limit": (">= 0", lambda value: value >= 0),
     "max_streams_per_client": (">= 0", lambda value: value >= 0),
+    "max_engine_requests_per_client": (">= 0", lambda value: value is None or value >= 0),
+    "max_engine_wait": ("> 0", lambda value: value > 0),
     "max_downloads_per_client": (">= 0", lambda value: value >= 0),
     "max_downloads": (">= 1", lambda value: value >= 1),
     "resume_window": (">= 0", lambda value: value >= 0),
@@ -240,6 +256,8 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         max_concurrent_streams=args.max_streams,
         max_streams_per_client=args.max_streams_per_client,
         streams_per_client_per_minute=args.rate_limit,
+        max_engine_requests_per_client=args.max_engine_requests_per_client,
+        max_engine_wait_s=args.max_engine_wait,
         max_downloads_per_client=args.max_downloads_per_client,
         max_concurrent_downloads=args.max_downloads,
         resume_window_s=args.resume_window,
