@@ -5,6 +5,8 @@ server.target            # "127.0.0.1:PORT", once it serves
 server.metrics()         # the Prometheus samples of its /metrics endpoint
 server.cpu_seconds()     # user + system CPU it has used
 server.close()
+
+server_cpus, client_cpus = split_cores()   # the server on half the cores, its clients on the rest
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+
+def split_cores() -> tuple[set[int], set[int]]:
+    """Half the cores (at least one) for the server, the rest for the clients; all for both on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(cores), set(cores)
+    half = len(cores) // 2
+    return set(cores[:half]), set(cores[half:])
 
 
 def free_port() -> int:

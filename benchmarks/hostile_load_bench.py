@@ -29,14 +29,15 @@ import asyncio
 import dataclasses
 import io
 import json
+import os
 import pathlib
 import tempfile
 import time
 
 import grpc
 import numpy as np
-from bench_record import RESULTS, machine, percentiles
-from bench_servers import ServerProcess
+from bench_record import RESULTS, machine, percentiles, versions, write_record
+from bench_servers import ServerProcess, split_cores
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
@@ -259,10 +260,12 @@ def phase(target: str, variant: str, args, hostile: str | None, seconds: float |
     }
 
 
-def normal_streams_beside(target: str, variant: str, args, seconds: float, helpers: list, metadata=()) -> tuple:
-    """`args.streams` normal streams for `seconds` (sent with `metadata`) while `helpers`
-    (in_own_process) run; the gaps between frames, the streams run, and what each helper put on
-    its queue."""
+def normal_streams_beside(
+    target: str, variant: str, args, seconds: float, helpers: list, metadata=lambda index: ()
+) -> tuple:
+    """`args.streams` normal streams for `seconds` (stream `index` sent with `metadata(index)`)
+    while `helpers` (in_own_process) run; the gaps between frames, the streams run, and what each
+    helper put on its queue."""
     gaps: list[float] = []
 
     async def normal_streams() -> list[int]:
@@ -270,7 +273,10 @@ def normal_streams_beside(target: str, variant: str, args, seconds: float, helpe
         async with grpc.aio.insecure_channel(target) as channel:
             stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
             return await asyncio.gather(
-                *(normal_client(stub, variant, i, until, gaps, args.max_frames, metadata) for i in range(args.streams))
+                *(
+                    normal_client(stub, variant, i, until, gaps, args.max_frames, metadata(i))
+                    for i in range(args.streams)
+                )
             )
 
     streams = asyncio.run(normal_streams())
@@ -303,7 +309,12 @@ def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
     checkpoint = write_qwen3_tts_checkpoint(folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES)
     print(f"{variant}: starting the engine", flush=True)
     deploy = deploy_config(folder, args.streams + 4)
-    server = ServerProcess(["--model", str(checkpoint), "--deploy-config", str(deploy)], log=folder / "server.log")
+    # Every client here is one address, so the engine share (half the slots per client) would refuse
+    # the normal streams themselves: this benchmark measures what requests cost, not who holds slots.
+    no_share = ["--max-engine-requests-per-client", "0"]
+    server = ServerProcess(
+        ["--model", str(checkpoint), "--deploy-config", str(deploy), *no_share], log=folder / "server.log"
+    )
     phases = {}
     try:
         for name in PHASES:
@@ -340,6 +351,198 @@ def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
     }
 
 
+# -- one client trying to hold every engine slot (issue 36) ----------------------------------
+
+HOLDER_TOKEN, NEIGHBOUR_TOKEN = "holder", "neighbour"
+HOLDER_METADATA = (("authorization", f"Bearer {HOLDER_TOKEN}"),)
+NEIGHBOUR_METADATA = (("authorization", f"Bearer {NEIGHBOUR_TOKEN}"),)
+#: Frames of each neighbour stream: its first chunk, and a few more, so that it ends soon.
+NEIGHBOUR_FRAMES = 12
+#: How a neighbour stream that was served ends (the random talker may end it before NEIGHBOUR_FRAMES).
+SERVED = {"End END_REASON_MAX_FRAMES", "End END_REASON_EOS"}
+#: Seconds the holder has to open its streams before the neighbour is measured beside it.
+HOLDER_WARM_UP_S = 10.0
+
+
+def hold_engine_slots(target: str, seconds: float, streams: int, every_s: float, queue) -> None:
+    """One client (HOLDER_TOKEN) tries to hold `streams` engine slots for `seconds`: streamed texts
+    started with a sentence (so that their growing requests start) and kept open with one 'a'
+    every `every_s`; a stream refused or ended is opened again after a second. Puts its outcomes
+    (by status), the most streams it held at once and how many it held each second."""
+    os.nice(19)  # as the soak's attacker: it shares the clients' core with the neighbour
+    outcomes: dict[str, int] = {}
+    messages_seen: dict[str, str] = {}
+    held = {"now": 0, "max": 0, "series": []}
+    until = time.monotonic() + seconds
+
+    def text(piece: str) -> pb.SynthesizeRequest:
+        return pb.SynthesizeRequest(text=pb.TextInput(text=piece))
+
+    async def kept_open(index: int):
+        yield pb.SynthesizeRequest(start=pb.Start(text="Hello.", voice="ryan", seed=index, streaming_text=True))
+        yield text(" I am holding this engine slot for as long as I can")
+        while (left := until - time.monotonic()) > 0:
+            await asyncio.sleep(min(every_s, left))
+            if time.monotonic() < until:
+                yield text("a")
+        # Returning half-closes the call: the server ends the stream at once.
+
+    async def holder(stub, index: int) -> None:
+        while time.monotonic() < until:
+            status, accepted = "OK", False
+            try:
+                async for response in stub.Synthesize(kept_open(index), metadata=HOLDER_METADATA):
+                    if response.HasField("header") and not accepted:
+                        accepted = True
+                        held["now"] += 1
+                        held["max"] = max(held["max"], held["now"])
+                    if response.HasField("end"):
+                        status = f"End {pb.EndReason.Name(response.end.reason)}"
+                        messages_seen.setdefault(status, response.end.message[:200])
+            except grpc.aio.AioRpcError as error:
+                status = error.code().name
+                messages_seen.setdefault(status, (error.details() or "")[:200])
+            finally:
+                if accepted:
+                    held["now"] -= 1
+            outcomes[status] = outcomes.get(status, 0) + 1
+            await asyncio.sleep(1.0)
+
+    async def count_held() -> None:
+        while time.monotonic() < until:
+            held["series"].append(held["now"])
+            await asyncio.sleep(1.0)
+
+    async def run() -> None:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+            await asyncio.gather(count_held(), *(holder(stub, index) for index in range(streams)))
+
+    asyncio.run(run())
+    queue.put({"outcomes": outcomes, "messages": messages_seen, "held_max": held["max"], "held_each_s": held["series"]})
+
+
+async def neighbour_first_chunks(target: str, seconds: float, pause_s: float = 0.5) -> list[dict]:
+    """One neighbour stream after another for `seconds` (a sentence, NEIGHBOUR_FRAMES frames, the
+    default chunking): when each was sent, its first chunk's latency and how it ended."""
+    samples = []
+    started = time.monotonic()
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = synthesis_pb2_grpc.SynthesisServiceStub(channel)
+        index = 0
+        while time.monotonic() - started < seconds:
+            start = pb.Start(text="A normal sentence.", voice="ryan", seed=index, max_frames=NEIGHBOUR_FRAMES)
+            sent, first, outcome = time.monotonic(), None, "OK"
+            try:
+                call = stub.Synthesize(iter([pb.SynthesizeRequest(start=start)]), metadata=NEIGHBOUR_METADATA)
+                async for response in call:
+                    if response.HasField("chunk") and first is None:
+                        first = time.monotonic() - sent
+                    if response.HasField("end"):
+                        outcome = f"End {pb.EndReason.Name(response.end.reason)}"
+            except grpc.aio.AioRpcError as error:
+                outcome = error.code().name
+            samples.append({"at_s": round(sent - started, 2), "first_chunk_s": first, "outcome": outcome})
+            index += 1
+            await asyncio.sleep(pause_s)
+    return samples
+
+
+def first_chunk_summary(samples: list[dict]) -> dict:
+    latencies = [s["first_chunk_s"] for s in samples if s["first_chunk_s"] is not None]
+    outcomes: dict[str, int] = {}
+    for sample in samples:
+        outcomes[sample["outcome"]] = outcomes.get(sample["outcome"], 0) + 1
+    return {
+        "streams": len(samples),
+        "first_chunk_ms": {k: v * 1000 for k, v in percentiles(latencies).items()},
+        "outcomes": outcomes,
+        "samples": samples,
+    }
+
+
+def slot_holding(args, folder: pathlib.Path) -> dict:
+    """The shipped CPU engine (its YAML unchanged: 8 request slots) checking tokens; a neighbour's
+    first chunk alone ("quiet"), then while the holder tries to take every slot ("holding")."""
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+
+    server_cpus, client_cpus = split_cores()
+    os.sched_setaffinity(0, client_cpus)
+    checkpoint = write_qwen3_tts_checkpoint(
+        folder / "custom_voice", preset="tiny", variant="custom_voice", mean_frames=MEAN_FRAMES
+    )
+    tokens = folder / "tokens"
+    tokens.write_text(f"{HOLDER_TOKEN}\n{NEIGHBOUR_TOKEN}\n")
+    log = folder / "server.log"
+    print("slot holding: starting the engine", flush=True)
+    server = ServerProcess(["--model", str(checkpoint), "--auth-token-file", str(tokens)], log=log, cpus=server_cpus)
+    try:
+        print(f"  quiet: {args.seconds:g} s of neighbour streams", flush=True)
+        quiet = first_chunk_summary(asyncio.run(neighbour_first_chunks(server.target, args.seconds)))
+        before = server.metrics(SERVER_METRICS)
+        holder, holder_queue = in_own_process(
+            hold_engine_slots, server.target, HOLDER_WARM_UP_S + args.seconds, args.holder_streams, args.holder_every
+        )
+        time.sleep(HOLDER_WARM_UP_S)
+        print(f"  holding: {args.seconds:g} s of neighbour streams beside the holder", flush=True)
+        holding = first_chunk_summary(asyncio.run(neighbour_first_chunks(server.target, args.seconds)))
+        holding["holder"] = holder_queue.get(timeout=args.seconds + 600)
+        holder.join(120)
+        after = server.metrics(SERVER_METRICS)
+    finally:
+        server.close()
+    lines = log.read_text().splitlines()
+    return {
+        "engine_start_s": server.start_s,
+        "cores": {"server": sorted(server_cpus), "clients": sorted(client_cpus)},
+        "quiet": quiet,
+        "holding": holding,
+        "server_loop_lag": loop_lag(before, after),
+        "server_counters": {
+            k: after[k] - before.get(k, 0) for k in after if "_total" in k and after[k] != before.get(k, 0)
+        },
+        "engine_log_errors": [line[:300] for line in lines if " ERROR " in line][:20],
+    }
+
+
+def plot_slot_holding(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (cdf, series) = plt.subplots(1, 2, figsize=(13, 4.6))
+    for phase_name in ("quiet", "holding"):
+        samples = report[phase_name]["samples"]
+        values = np.sort([s["first_chunk_s"] * 1000 for s in samples if s["first_chunk_s"] is not None])
+        if len(values):
+            cdf.plot(values, np.linspace(0, 1, len(values)), label=phase_name)
+        series.plot(
+            [s["at_s"] for s in samples if s["first_chunk_s"] is not None],
+            [s["first_chunk_s"] * 1000 for s in samples if s["first_chunk_s"] is not None],
+            ".",
+            label=f"neighbour, {phase_name}",
+        )
+    held = report["holding"]["holder"]["held_each_s"]
+    twin = series.twinx()
+    twin.step(np.arange(len(held)) - HOLDER_WARM_UP_S, held, color="gray", alpha=0.6, where="post")
+    twin.set_ylabel("streams the holder holds")
+    cdf.set_xscale("log")
+    cdf.set_xlabel("first chunk, ms")
+    cdf.set_ylabel("fraction")
+    cdf.set_title("neighbour's first chunk: quiet vs one client holding slots")
+    series.set_xlabel("s into the phase")
+    series.set_ylabel("first chunk, ms")
+    settings = report["settings"]
+    series.set_title(f"holder: {settings['holder_streams']} streamed texts, 'a' every {settings['holder_every']:g} s")
+    for axis in (cdf, series):
+        axis.grid(True, alpha=0.3)
+        axis.legend(loc="upper left")
+    fig.suptitle(f"one client trying to hold every slot of the CPU engine (tiny talker, {report['machine']['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def plot(report: dict, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -374,8 +577,18 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=40.0, help="length of each phase")
     parser.add_argument("--max-frames", type=int, default=200, help="frames per normal stream")
     parser.add_argument("--variants", default="custom_voice,base")
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "hostile_load.json")
+    parser.add_argument(
+        "--slot-holding",
+        action="store_true",
+        help="instead: one client trying to hold every engine slot, --seconds quiet and --seconds beside it",
+    )
+    parser.add_argument("--holder-streams", type=int, default=8, help="streamed texts the holder keeps open")
+    parser.add_argument("--holder-every", type=float, default=5.0, help="seconds between the holder's 'a's")
+    parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
+    if args.slot_holding:
+        return main_slot_holding(args)
+    args.out = args.out or RESULTS / "hostile_load.json"
     report = {"machine": machine(), "settings": {k: v for k, v in vars(args).items() if k != "out"}, "variants": {}}
     report["settings"]["out"] = str(args.out)
     with tempfile.TemporaryDirectory() as folder:
@@ -402,6 +615,33 @@ def main() -> int:
             f"{variant}: cadence p99 rise {rise['refused']:+.1f} ms (refused) / {rise['largest']:+.1f} ms (largest), "
             f"health max {max(health.values()):.1f} ms, wrong outcomes {len(result['wrong_outcomes'])}"
         )
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main_slot_holding(args) -> int:
+    args.out = args.out or RESULTS / "hostile_slot_holding.json"
+    settings = {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items() if k != "variants"}
+    report = {"machine": machine(), "versions": versions("grpcio", "vllm-omni", "protobuf"), "settings": settings}
+    with tempfile.TemporaryDirectory() as folder:
+        report.update(slot_holding(args, pathlib.Path(folder)))
+    quiet, holding = report["quiet"]["first_chunk_ms"], report["holding"]["first_chunk_ms"]
+    ratios = {name: holding[name] / quiet[name] for name in ("p50", "p90", "max")}
+    report["targets"] = {
+        "first_chunk_ratio_max": 2,
+        "first_chunk_ratio": ratios,
+        # The quiet figure is a distribution: its median and p90 are each held to twice theirs.
+        "every_neighbour_stream_served": set(report["holding"]["outcomes"]) <= SERVED,
+        "met": ratios["p50"] <= 2 and ratios["p90"] <= 2 and set(report["holding"]["outcomes"]) <= SERVED,
+    }
+    write_record(report, args.out, plot_slot_holding)
+    holder = report["holding"]["holder"]
+    print(
+        f"first chunk p50 {quiet['p50']:.0f} -> {holding['p50']:.0f} ms, "
+        f"p90 {quiet['p90']:.0f} -> {holding['p90']:.0f} ms, "
+        f"max {quiet['max']:.0f} -> {holding['max']:.0f} ms; holder held at most {holder['held_max']}, "
+        f"outcomes {holder['outcomes']}"
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -50,10 +50,18 @@ import time
 
 import grpc
 import numpy as np
-from bench_record import RESULTS, machine, percentiles, versions
-from bench_servers import ServerProcess
+from bench_record import RESULTS, machine, percentiles, versions, write_record
+from bench_servers import ServerProcess, split_cores
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
+from download_clients import (
+    REAL_ARTIFACT_BYTES,
+    abandon_all_at_once,
+    abandon_one_at_a_time,
+    bearer,
+    flood,
+    random_artifact,
+)
 from hostile_load_bench import (
     MEAN_FRAMES,
     deploy_config,
@@ -74,13 +82,24 @@ METRICS = (
     "codecstream_requests_rejected",
     "codecstream_streams_ended",
     "codecstream_streams_active",
+    "codecstream_decoder_artifact",
 )
 WARM_UP_REFUSALS = 50
-#: The engine server of part "hostile" checks bearer tokens, so the neighbours and the attacker
-#: are two clients, each with its own per-client limits, as clients on other machines are.
-NEIGHBOUR_TOKEN, HOSTILE_TOKEN = "neighbour", "hostile"
-NEIGHBOUR_METADATA = (("authorization", f"Bearer {NEIGHBOUR_TOKEN}"),)
-HOSTILE_METADATA = (("authorization", f"Bearer {HOSTILE_TOKEN}"),)
+#: The engine server of part "hostile" checks bearer tokens, so every neighbour stream and the
+#: attacker are clients of their own, each with its own per-client limits, as clients on other
+#: machines are (one client may hold only half the engine's request slots).
+HOSTILE_TOKEN = "hostile"
+HOSTILE_METADATA = bearer(HOSTILE_TOKEN)
+
+
+def neighbour_token(index: int) -> str:
+    return f"neighbour-{index}"
+
+
+def neighbour_metadata(index: int) -> tuple:
+    return bearer(neighbour_token(index))
+
+
 #: Pause between hostile actions of one kind (the mix runs several kinds at once).
 HOSTILE_PAUSE_S = 0.2
 
@@ -357,14 +376,16 @@ def cost_part(server: ServerProcess, seconds: float) -> dict:
     return costs
 
 
-def hostile_part(server: ServerProcess, args, seconds: float, hostile: bool) -> dict:
+def hostile_part(server: ServerProcess, args, seconds: float, attacker: tuple | None) -> dict:
+    """The neighbours and a health prober for `seconds`, beside `attacker` (a function and its
+    arguments, run in_own_process; None: quiet)."""
     metrics_before, cpu_before = server.metrics(METRICS), server.cpu_seconds()
     sampler = RssSampler(server.process.pid, period_s=5.0)
     helpers = [in_own_process(probe_health, server.target, seconds)]
-    if hostile:
-        helpers.append(in_own_process(send_hostile_mix, server.target, seconds))
+    if attacker:
+        helpers.append(in_own_process(*attacker))
     gaps, streams, (health, *rest) = normal_streams_beside(
-        server.target, "custom_voice", args, seconds, helpers, NEIGHBOUR_METADATA
+        server.target, "custom_voice", args, seconds, helpers, neighbour_metadata
     )
     samples = sampler.stop()
     metrics_after = server.metrics(METRICS)
@@ -430,13 +451,159 @@ def plot(report: dict, path: pathlib.Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def split_cores() -> tuple[set[int], set[int]]:
-    """Half the cores (at least one) for the server, the rest for the clients; all for both on one core."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        return set(cores), set(cores)
-    half = len(cores) // 2
-    return set(cores[:half]), set(cores[half:])
+# -- decoder downloads (issue 36) ------------------------------------------------------------
+
+#: The neighbour whose own download is timed while the abandoned ones are held.
+DOWNLOAD_NEIGHBOUR_TOKEN = "download-neighbour"
+
+
+def downloader_tokens(count: int) -> list[str]:
+    return [f"downloader-{index:03d}" for index in range(count)]
+
+
+def log_lines(log: pathlib.Path) -> dict:
+    """What a server's log says went wrong: ERROR lines, tracebacks, and the stall watchdog's lines."""
+    lines = log.read_text().splitlines()
+    return {
+        "errors": [line[:300] for line in lines if " ERROR " in line][:20],
+        "tracebacks": sum(1 for line in lines if line.startswith("Traceback")),
+        "loop_stalls": [line[:600] for line in lines if " stalled " in line and "codecstream.server.app" in line][:20],
+    }
+
+
+def download_flood_part(server: ServerProcess, args, sha256: str) -> dict:
+    """The neighbours alone, then beside `args.downloaders` clients each downloading the artifact
+    again and again (issue 36: 100 readers of the real-size file)."""
+    print(f"downloads: neighbours quiet for {args.quiet_seconds:g} s", flush=True)
+    quiet = hostile_part(server, args, args.quiet_seconds, attacker=None)
+    print(f"downloads: {args.downloaders} downloading clients for {args.flood_seconds:g} s", flush=True)
+    attacker = (flood, server.target, sha256, downloader_tokens(args.downloaders), args.flood_seconds)
+    flooded = hostile_part(server, args, args.flood_seconds, attacker=attacker)
+    downloads = flooded.pop("hostile_outcomes")
+    waiting, receiving = zip(*downloads.pop("waiting_receiving_each_0_5_s"), strict=True)
+    flooded["downloads"] = {
+        **downloads,
+        "first_part_wait_s": percentiles(downloads["first_part_wait_s"]),
+        "received_mb_per_s": round(downloads.pop("bytes") / 1e6 / args.flood_seconds, 1),
+        "waiting_for_a_slot": {"mean": round(float(np.mean(waiting)), 1), "max": max(waiting)},
+        "receiving": {"mean": round(float(np.mean(receiving)), 1), "max": max(receiving)},
+    }
+    return {"quiet": quiet, "flood": flooded}
+
+
+def abandoned_part(server: ServerProcess, args, sha256: str) -> dict:
+    """Downloads started, read for one part and abandoned: `args.abandoned` one after another per
+    client (half disconnecting at once, half reading nothing for a second first), then as many at
+    once, held past the stall timeout. The server's resident memory from its start to after all."""
+    tokens = downloader_tokens(args.downloaders)
+    per_client = max(1, args.abandoned // len(tokens))
+    time.sleep(3)
+    start = rss_mb(server.process.pid)
+    sampler = RssSampler(server.process.pid)
+    metrics_before = server.metrics(METRICS)
+    print(f"downloads: {per_client * len(tokens)} abandoned one after another per client", flush=True)
+    process, queue = in_own_process(abandon_one_at_a_time, server.target, sha256, tokens, per_client, 1.0)
+    one_at_a_time = queue.get(timeout=3600)
+    process.join(60)
+    one_at_a_time["rss_mb_after"] = round(rss_mb(server.process.pid), 1)
+    hold_s = ServerLimits().stalled_client_timeout_s + 10
+    print(f"downloads: {per_client * len(tokens)} at once, held {hold_s:g} s", flush=True)
+    process, queue = in_own_process(
+        abandon_all_at_once, server.target, sha256, tokens, per_client, hold_s, DOWNLOAD_NEIGHBOUR_TOKEN
+    )
+    all_at_once = queue.get(timeout=hold_s + 600)
+    process.join(60)
+    all_at_once["rss_mb_at_its_end"] = round(rss_mb(server.process.pid), 1)
+    running = "codecstream_decoder_artifact_downloads_running"
+    deadline = time.monotonic() + 60
+    while server.metrics(METRICS).get(running, 0) and time.monotonic() < deadline:
+        time.sleep(1)
+    time.sleep(5)  # what a dropped call frees, gRPC frees on its next turns
+    end = rss_mb(server.process.pid)
+    samples = sampler.stop()
+    metrics_after = server.metrics(METRICS)
+    return {
+        "downloads_per_client": per_client,
+        "one_at_a_time": one_at_a_time,
+        "all_at_once": all_at_once,
+        "downloads_running_after": metrics_after.get(running, 0),
+        "server_counters": counted(metrics_before, metrics_after),
+        "rss_mb_start": round(start, 1),
+        "rss_mb_end": round(end, 1),
+        "rss_growth_mb": round(end - start, 1),
+        "rss_mb_max": max(mb for _, mb in samples),
+        "rss_mb_series": samples,
+        "server_loop_lag": loop_lag(metrics_before, metrics_after),
+    }
+
+
+def downloads(args, folder: pathlib.Path, plain: pathlib.Path, server_cpus: set[int]) -> dict:
+    """Part "downloads": a replay server (its frames paced at 12.5/s) offering an artifact of
+    `args.artifact_mb` random bytes, checking tokens: the flood, then on a fresh server the
+    abandoned downloads."""
+    from codecstream.server.replay import UNKNOWN_DECODER_DIGEST  # what replay without a checkpoint announces
+
+    directory, sha256 = random_artifact(folder, int(args.artifact_mb * 1e6), UNKNOWN_DECODER_DIGEST)
+    tokens = folder / "download-tokens"
+    names = [neighbour_token(i) for i in range(args.streams)] + downloader_tokens(args.downloaders)
+    tokens.write_text("".join(f"{name}\n" for name in [*names, DOWNLOAD_NEIGHBOUR_TOKEN]))
+    flags = ["--replay", str(plain), "--replay-fps", "12.5", "--decoder-artifact", str(directory)]
+    flags += ["--auth-token-file", str(tokens)]
+    report = {"artifact_bytes": int(args.artifact_mb * 1e6), "limits": download_limits()}
+    for name, part in (("flood", download_flood_part), ("abandoned", abandoned_part)):
+        log = folder / f"downloads-{name}.log"
+        server = ServerProcess(flags, log=log, cpus=server_cpus)
+        try:
+            report[name] = part(server, args, sha256)
+        finally:
+            server.close()
+            report[name]["server_log"] = log_lines(log)
+    return report
+
+
+def download_limits() -> dict:
+    limits = ServerLimits()
+    names = ("max_downloads_per_client", "max_concurrent_downloads", "stalled_client_timeout_s")
+    return {name: getattr(limits, name) for name in names}
+
+
+def plot_downloads(report: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    part = report["downloads"]
+    fig, (gaps, memory) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for phase in ("quiet", "flood"):
+        values = np.sort(np.asarray(part["flood"][phase]["frame_gaps_s"]) * 1000)
+        if len(values):
+            gaps.plot(values, np.linspace(0, 1, len(values)), label=phase)
+    gaps.set_xscale("log")
+    gaps.set_xlabel("ms")
+    gaps.set_ylabel("fraction")
+    gaps.set_title(
+        f"{report['settings']['streams']} neighbours' gap between frames, "
+        f"quiet vs {report['settings']['downloaders']} clients downloading"
+    )
+    gaps.legend()
+    abandoned = part["abandoned"]
+    t, mb = zip(*abandoned["rss_mb_series"], strict=True)
+    memory.plot(t, mb)
+    memory.axhline(abandoned["rss_mb_start"] + 50, color="gray", linestyle="--", label="start + 50 MB")
+    memory.set_title(
+        f"server resident memory: {2 * abandoned['downloads_per_client'] * report['settings']['downloaders']} "
+        f"abandoned downloads ({abandoned['rss_growth_mb']:+.0f} MB at the end)"
+    )
+    memory.set_xlabel("s")
+    memory.set_ylabel("MB")
+    memory.legend()
+    for axis in (gaps, memory):
+        axis.grid(True, alpha=0.3)
+    size_mb = part["artifact_bytes"] / 1e6
+    fig.suptitle(f"decoder downloads of a {size_mb:.0f} MB artifact, replay server ({report['machine']['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main() -> int:
@@ -447,8 +614,18 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=10, help="normal streams running at once")
     parser.add_argument("--kind-seconds", type=float, default=30.0, help="each hostile kind alone, on replay")
     parser.add_argument("--max-frames", type=int, default=200, help="frames per normal stream")
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "soak.json")
+    parser.add_argument(
+        "--downloads",
+        action="store_true",
+        help="instead: the decoder-download parts alone (a flood of readers, abandoned downloads)",
+    )
+    parser.add_argument("--artifact-mb", type=float, default=REAL_ARTIFACT_BYTES / 1e6, help="artifact size")
+    parser.add_argument("--downloaders", type=int, default=100, help="downloading clients, one token each")
+    parser.add_argument("--flood-seconds", type=float, default=60.0, help="length of the download flood")
+    parser.add_argument("--abandoned", type=int, default=500, help="abandoned downloads, in each of two ways")
+    parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
+    args.out = args.out or RESULTS / ("soak_downloads.json" if args.downloads else "soak.json")
     server_cpus, client_cpus = split_cores()
     # The clients (normal, prober, hostile) run on cores of their own, as they would on other
     # machines: what the neighbours lose is then what the hostile traffic costs the server.
@@ -469,6 +646,9 @@ def main() -> int:
         save_codes_file(folder / "clone.npz", codes, reference_codes=codes[:4])
         plain = folder / "plain.npy"
         save_codes_file(plain, codes)
+        if args.downloads:
+            report["downloads"] = downloads(args, folder, plain, server_cpus)
+            return finish_downloads(report, args)
         print("replay: the cost of each hostile kind", flush=True)
         replay = ServerProcess(["--replay", str(plain), "--replay-fps", "12.5"], cpus=server_cpus)
         try:
@@ -486,7 +666,7 @@ def main() -> int:
 
         deploy = deploy_config(folder, args.streams + 4)
         tokens = folder / "tokens"
-        tokens.write_text(f"{NEIGHBOUR_TOKEN}\n{HOSTILE_TOKEN}\n")
+        tokens.write_text("".join(f"{neighbour_token(i)}\n" for i in range(args.streams)) + f"{HOSTILE_TOKEN}\n")
         for variant in ("base", "custom_voice") if args.refused else ("custom_voice",):
             checkpoint = write_qwen3_tts_checkpoint(
                 folder / variant, preset="tiny", variant=variant, mean_frames=MEAN_FRAMES
@@ -504,9 +684,10 @@ def main() -> int:
                     print(f"  {part['rss_growth_mb']:+.1f} MB", flush=True)
                     continue
                 print("engine (custom_voice): quiet", flush=True)
-                quiet = hostile_part(engine, args, args.quiet_seconds, hostile=False)
+                quiet = hostile_part(engine, args, args.quiet_seconds, attacker=None)
                 print(f"engine (custom_voice): hostile for {args.minutes:g} min", flush=True)
-                hostile = hostile_part(engine, args, args.minutes * 60, hostile=True)
+                mix = (send_hostile_mix, engine.target, args.minutes * 60)
+                hostile = hostile_part(engine, args, args.minutes * 60, attacker=mix)
                 report["hostile"] = {"quiet": quiet, "hostile": hostile}
             finally:
                 engine.close()
@@ -535,6 +716,23 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     plot(report, args.out.with_suffix(".png"))
+    print(json.dumps(report["goals"], indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def finish_downloads(report: dict, args) -> int:
+    part = report["downloads"]
+    flood, abandoned = part["flood"], part["abandoned"]
+    rise = flood["flood"]["frame_gap_ms"]["p99"] - flood["quiet"]["frame_gap_ms"]["p99"]
+    report["goals"] = {
+        "neighbour_gap_p99_rise_ms_max": 50,
+        "neighbour_gap_p99_rise_ms": round(rise, 1),
+        "rss_growth_mb_max": 50,
+        "rss_growth_mb_after_abandoned_downloads": abandoned["rss_growth_mb"],
+        "met": rise <= 50 and abandoned["rss_growth_mb"] <= 50,
+    }
+    write_record(report, args.out, plot_downloads)
     print(json.dumps(report["goals"], indent=1))
     print(f"wrote {args.out}")
     return 0

@@ -19,6 +19,7 @@ from codecstream.protocol.errors import ProtocolError
 from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
+from codecstream.server.engine.engine_cache import default_engine_cache
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import FRAMES_PER_SECOND, ReplaySource
 from codecstream.server.source import CodeSource
@@ -50,6 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--deploy-config",
         type=pathlib.Path,
         help="vLLM-Omni deploy YAML (default: the talker-only one for this machine)",
+    )
+    parser.add_argument(
+        "--engine-cache",
+        type=pathlib.Path,
+        default=default_engine_cache(),
+        metavar="DIR",
+        help="where the engine keeps what it compiles (torch.compile/AOT, Triton, FlashInfer) for later starts "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--replay-fps",
@@ -198,7 +207,12 @@ def build_source(args: argparse.Namespace) -> CodeSource:
     try:
         from codecstream.server.engine.talker_source import VllmTalkerSource
 
-        return VllmTalkerSource(args.model, args.deploy_config, grow_streamed_text=args.streamed_text == "grow")
+        return VllmTalkerSource(
+            args.model,
+            args.deploy_config,
+            grow_streamed_text=args.streamed_text == "grow",
+            engine_cache=args.engine_cache,
+        )
     except ImportError as error:
         raise StartupError(
             f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"

@@ -89,6 +89,12 @@ class Metrics:
             registry=r,
         )
         self.engine_up = Gauge("codecstream_engine_up", "1 while the code source can serve, else 0", registry=r)
+        self.engine_start = Gauge(
+            "codecstream_engine_start_seconds",
+            "Seconds each phase of the engine's last start took: engine (load, compile, graphs), then each warm-up",
+            ["phase"],
+            registry=r,
+        )
         self.engine_restarts = Counter(
             "codecstream_engine_restarts", "Times the code source was restarted after a failure", registry=r
         )

@@ -144,6 +144,10 @@ class SegmentingSource(CodeSource):
     def engine_slots(self) -> int | None:
         return self.inner.engine_slots
 
+    @property
+    def start_timeline(self):
+        return self.inner.start_timeline
+
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:
         if request.streamed_text is None:
             return await self.inner.open(request, stream_id)

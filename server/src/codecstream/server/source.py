@@ -13,7 +13,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from collections.abc import AsyncIterator
+import types
+from collections.abc import AsyncIterator, Mapping
 
 import numpy as np
 from codecstream.protocol.decoding import NUM_CODEBOOKS
@@ -99,6 +100,9 @@ class CodeSource(abc.ABC):
     #: Requests the engine generates at once (vLLM's max_num_seqs), once started; None for a source
     #: without such a bound (replay). A stream holds one from its Start to its End.
     engine_slots: int | None = None
+    #: Seconds each phase of the last start took (the engine's own, then each warm-up); empty for
+    #: a source that starts at once.
+    start_timeline: Mapping[str, float] = types.MappingProxyType({})
 
     @abc.abstractmethod
     async def open(self, request: SynthesisRequest, stream_id: str) -> Generation:

@@ -86,6 +86,8 @@ class SourceSupervisor:
 
     async def _serving(self) -> None:
         self._serving_since = asyncio.get_running_loop().time()
+        for phase, seconds in self.source.start_timeline.items():
+            self._metrics.engine_start.labels(phase=phase).set(seconds)
         self._metrics.engine_up.set(1)
         await self._set(SourceState.SERVING, "")
 

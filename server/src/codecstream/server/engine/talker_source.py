@@ -19,9 +19,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import importlib.util
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from codecstream.protocol.codes import validate_codes
 from codecstream.protocol.decoding import NUM_CODEBOOKS, SAMPLE_RATE_HZ
 from codecstream.protocol.errors import CodesError
 from codecstream.server.checkpoint_info import read_checkpoint_info, resolve_model_dir
+from codecstream.server.engine.engine_cache import use_engine_cache
 from codecstream.server.engine.engine_start import create_engine
 from codecstream.server.engine.growing_generation import GrowingTalkerGeneration
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, invalid
@@ -46,6 +49,7 @@ from codecstream.server.source import (
     Frames,
     Generation,
 )
+from codecstream.server.text_input import StreamedText
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +197,15 @@ class VllmTalkerSource(CodeSource):
         model: str,
         deploy_config: str | Path | None = None,
         grow_streamed_text: bool = True,
+        engine_cache: Path | None = None,
         **engine_kwargs: Any,
     ) -> None:
         self.model_name = model
+        #: Where the engine keeps what it compiles (engine_cache.py); None: the libraries' own places.
+        self._engine_cache = engine_cache
+        #: Seconds of each phase of the last start: "engine" (tokenizers and the engine, compile,
+        #: graphs and warm-ups of vLLM's own), then each of codecstream's warm-up requests.
+        self.start_timeline: dict[str, float] = {}
         # Streamed text as one growing request where the engine can hold one (start() asks it);
         # False keeps the segments (one request per sentence), for comparison.
         self._grow_streamed_text = grow_streamed_text
@@ -226,7 +236,9 @@ class VllmTalkerSource(CodeSource):
         first client does not pay the engine's first-request costs (seconds on a CPU)."""
         if self._engine is not None:
             return
+        began = time.monotonic()
         engine = await create_engine(self._create_engine, lambda started: started.shutdown())
+        self.start_timeline = {"engine": time.monotonic() - began}
         self._engine = engine
         stage = engine.engine.stage_configs[_TALKER_STAGE]
         self._max_model_len = stage.scheduler_config.max_model_len
@@ -241,12 +253,19 @@ class VllmTalkerSource(CodeSource):
             )
         self.grows_streamed_text = self._grow_streamed_text and can_grow
         try:
-            stream = await self.open(self._warm_up_request(), "codecstream-warm-up")
-            async for _ in stream:
-                pass
+            for phase, opening in self._warm_ups():
+                began = time.monotonic()
+                async for _ in await opening():
+                    pass
+                self.start_timeline[phase] = time.monotonic() - began
         except BaseException:
             await self.close()
             raise
+        log.info(
+            "engine started in %.1f s (%s)",
+            sum(self.start_timeline.values()),
+            ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in self.start_timeline.items()),
+        )
 
     def _create_engine(self) -> Any:
         # vLLM-Omni loads general plugins in its worker processes, but in the calling process only
@@ -273,6 +292,8 @@ class VllmTalkerSource(CodeSource):
         # which the stage's own fresh process does anyway). vLLM reads it only in its own
         # LLMEngine, which AsyncOmni does not use. Growing requests need the uniproc executor.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if self._engine_cache is not None:
+            use_engine_cache(self._engine_cache)
         deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
         return AsyncOmni(model=str(self._model_dir), deploy_config=str(deploy), **self._engine_kwargs)
 
@@ -297,6 +318,27 @@ class VllmTalkerSource(CodeSource):
         front_end = len(self._engine.request_states)
         counts = await self._engine.collective_rpc("codecstream_runner_request_count", stage_ids=[_TALKER_STAGE])
         return max(front_end, sum(_flatten_ints(counts)))
+
+    def _warm_ups(self) -> list[tuple[str, Any]]:
+        """One short request down each path a first request may take, so that none pays a
+        first-use cost (a kernel compiled on first use stalls every stream's step): a seeded and
+        an unseeded whole text (vLLM samples them with different kernels on CUDA) and a streamed
+        text on a growing request."""
+        request = self._warm_up_request()
+        warm_ups = [("warm_up_seeded", lambda: self.open(request, "codecstream-warm-up"))]
+        if self.checkpoint.task_type is TaskType.BASE:
+            return warm_ups  # each warm-up encodes a reference audio; seeded is what Base serves alike
+        unseeded = dataclasses.replace(request, seed=None)
+        warm_ups.append(("warm_up_unseeded", lambda: self.open(unseeded, "codecstream-warm-up-unseeded")))
+        if self.grows_streamed_text:
+            limits = ServerLimits()
+            text = StreamedText("", limits)
+            text.push("Warm up.", flush=False, end_of_input=True)
+            streamed = dataclasses.replace(request, text="", streamed_text=text)
+            warm_ups.append(
+                ("warm_up_streamed", lambda: self.open_streamed(streamed, "codecstream-warm-up-streamed", limits))
+            )
+        return warm_ups
 
     def _warm_up_request(self) -> SynthesisRequest:
         task = self.checkpoint.task_type
