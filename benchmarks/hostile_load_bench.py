@@ -16,6 +16,15 @@ behind the normal ones. Writes benchmarks/results/hostile_load.json and a PNG.
     .venv/bin/python benchmarks/hostile_load_bench.py               # ~10 min here (two engine starts)
     .venv/bin/python benchmarks/hostile_load_bench.py --seconds 10 --streams 4   # a quicker look
 
+`--slot-holding` runs, instead, one client trying to hold every request slot of the engine (issue
+36): the shipped CPU YAML (8 slots), tokens checked; a neighbour's first chunk, one stream after
+another, alone for `--seconds`, then for `--seconds` while a holder (a token of its own) keeps
+`--holder-streams` streamed texts open with one 'a' every `--holder-every` seconds, reopening each
+one refused or ended. Writes benchmarks/results/hostile_slot_holding.json and a PNG. Target: the
+neighbour's first chunk (median and p90) at most twice its quiet figure.
+
+    .venv/bin/python benchmarks/hostile_load_bench.py --slot-holding --seconds 60   # ~3.5 min
+
 Target (issue 10): with hostile requests arriving, normal streams' cadence p99 rises by <= 50 ms
 and health answers within 50 ms. Refused requests never reach the engine, so they are held to it;
 requests at the limits do reach it, and the CPU engine prefills a prompt (and encodes a reference)
@@ -372,7 +381,7 @@ def hold_engine_slots(target: str, seconds: float, streams: int, every_s: float,
     os.nice(19)  # as the soak's attacker: it shares the clients' core with the neighbour
     outcomes: dict[str, int] = {}
     messages_seen: dict[str, str] = {}
-    held = {"now": 0, "max": 0, "series": []}
+    held = {"now": 0, "max": 0, "series": [], "frames": 0}
     until = time.monotonic() + seconds
 
     def text(piece: str) -> pb.SynthesizeRequest:
@@ -396,6 +405,7 @@ def hold_engine_slots(target: str, seconds: float, streams: int, every_s: float,
                         accepted = True
                         held["now"] += 1
                         held["max"] = max(held["max"], held["now"])
+                    held["frames"] += response.chunk.num_frames if response.HasField("chunk") else 0
                     if response.HasField("end"):
                         status = f"End {pb.EndReason.Name(response.end.reason)}"
                         messages_seen.setdefault(status, response.end.message[:200])
@@ -419,7 +429,15 @@ def hold_engine_slots(target: str, seconds: float, streams: int, every_s: float,
             await asyncio.gather(count_held(), *(holder(stub, index) for index in range(streams)))
 
     asyncio.run(run())
-    queue.put({"outcomes": outcomes, "messages": messages_seen, "held_max": held["max"], "held_each_s": held["series"]})
+    queue.put(
+        {
+            "outcomes": outcomes,
+            "messages": messages_seen,
+            "held_max": held["max"],
+            "held_each_s": held["series"],
+            "frames_received": held["frames"],
+        }
+    )
 
 
 async def neighbour_first_chunks(target: str, seconds: float, pause_s: float = 0.5) -> list[dict]:
