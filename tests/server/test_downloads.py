@@ -10,6 +10,7 @@ import gc
 import json
 import logging
 import os
+import time
 
 import grpc
 import pytest
@@ -125,3 +126,26 @@ def test_a_refused_download_ends_without_an_abort_that_keeps_its_request(offerin
         finally:
             gc.enable()
     assert kept == []
+
+
+def test_a_download_whose_client_stops_reading_then_disconnects_logs_no_traceback(
+    offering, large_artifact, proxy_factory, caplog
+):
+    """The write pending for a client that stopped reading fails once the connection goes: that is
+    the client leaving, not a server error (it logged an ExecuteBatchError traceback each time)."""
+    server = offering()
+    _, sha256 = large_artifact
+    for _ in range(3):
+        proxy = proxy_factory(server.server.port)
+        channel = grpc.insecure_channel(proxy.target)
+        parts = synthesis_pb2_grpc.SynthesisServiceStub(channel).DownloadDecoderArtifact(
+            pb.DownloadDecoderArtifactRequest(sha256=sha256)
+        )
+        next(parts)
+        proxy.freeze_to_client()
+        time.sleep(0.5)  # the server's writes now wait on a full connection
+        proxy.cut()
+        channel.close()
+    assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0, 20)
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
+    assert errors == [], [record.getMessage()[:300] for record in errors]

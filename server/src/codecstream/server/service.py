@@ -48,6 +48,11 @@ REFUSAL_HALF_CLOSE_WAIT_S = 0.02
 REFUSAL_HALF_CLOSE_WAIT_MESSAGES = 8
 
 
+class ClientGone(Exception):
+    """A write failed because its call ended under it: the client disconnected or cancelled, which
+    ends the handler quietly (a status can no longer reach it)."""
+
+
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     def __init__(
         self,
@@ -212,7 +217,11 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         parts = serialized_parts(offered, offset)
         while (part := await asyncio.to_thread(next, parts, None)) is not None:
             size, message = part
-            if not await self._write(context, message):
+            try:
+                sent = await self._write(context, message)
+            except ClientGone:
+                raise asyncio.CancelledError("the client went away during a write") from None
+            if not sent:
                 self.metrics.stalled_clients.inc()
                 timeout = self.limits.stalled_client_timeout_s
                 log.info("dropped a decoder download whose client read nothing for %g s", timeout)
@@ -262,13 +271,15 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         call's status for the ways it can end early."""
         attachment = await session.attach()
         reader = asyncio.create_task(self._read_control(requests, session, attachment))
-        delivered_end = stalled = False
+        delivered_end = stalled = gone = False
         try:
             async for response in session.follow(first_seq, attachment):
                 if not await self._write(context, response):
                     stalled = True
                     break
                 delivered_end = response.HasField("end")
+        except ClientGone:
+            gone = True
         finally:
             reader.cancel()
             if delivered_end:
@@ -277,6 +288,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 # The connection went away (or stalled) before End: a resumable stream waits for its client.
                 why = "client stopped reading" if stalled else "client disconnected"
                 session.detach(attachment, lambda: self._expire(session, why))
+        if gone:
+            raise asyncio.CancelledError("the client went away during a write")
         if attachment.violation:
             _set_status(context, "INVALID_ARGUMENT", attachment.violation)
         elif attachment.superseded:
@@ -305,11 +318,16 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         return first
 
     async def _write(self, context, response: pb.SynthesizeResponse | bytes) -> bool:
-        """Send one message; False if the client read nothing for the stall timeout."""
+        """Send one message; False if the client read nothing for the stall timeout; ClientGone if
+        the call ended under the write."""
         try:
             await asyncio.wait_for(context.write(response), self.limits.stalled_client_timeout_s)
         except asyncio.TimeoutError:  # TimeoutError itself only from Python 3.11 on
             return False
+        except (asyncio.CancelledError, ClientGone):
+            raise
+        except Exception as error:  # gRPC's ExecuteBatchError: the connection went with the write pending
+            raise ClientGone(type(error).__name__) from None
         return True
 
     async def _open(self, start: pb.Start, context) -> tuple[StreamSession, int]:
