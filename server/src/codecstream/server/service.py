@@ -27,6 +27,7 @@ from codecstream.server.decoder_artifacts import (
 )
 from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
+from codecstream.server.heap import release_free_heap
 from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
 from codecstream.server.metrics import Metrics
 from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
@@ -210,6 +211,13 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             self._downloads_by[client] -= 1
             if not self._downloads_by[client]:
                 del self._downloads_by[client]
+            if not self._downloads_by:  # the last download ended: give its buffers back
+                self._release_heap()
+
+    def _release_heap(self) -> None:
+        task = asyncio.ensure_future(asyncio.to_thread(release_free_heap))
+        self._background.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._background.discard)
 
     async def _send_parts(self, offered, offset: int, context) -> None:
         """Send the file from `offset` on. Each part is read and serialized in a thread (the handler's
