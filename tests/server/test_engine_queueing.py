@@ -8,7 +8,7 @@ import time
 
 import pytest
 from codecstream.server.request import SynthesisRequest
-from codecstream.server.segmenting import segment_request_id
+from codecstream.server.request_ids import segment_request_id
 from codecstream.server.source import FinishReason, Frames
 
 pytestmark = pytest.mark.engine

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from codecstream.server.errors import GenerationFailed, Refusal, SourceUnavailable, TextInputExpired
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
+from codecstream.server.request_ids import segment_request_id
 from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation, SegmentEnd
 from codecstream.server.text_input import StreamedText, speakable
 
@@ -32,20 +33,6 @@ _SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)|[。！？]+[”’�
 #: A clause ends at , ; : before a space, or at a CJK comma, semicolon, colon or enumeration mark.
 _CLAUSE_END = re.compile(r"[,;:]+(?=\s)|[，；：、]+")
 _SPACE = re.compile(r"\s")
-#: A segment's source request id: the stream id, a dot and the segment's index (an engine may add
-#: a suffix of its own after a dash).
-_SEGMENT_REQUEST_ID = re.compile(r"(?P<stream>[^.]+)\.(?P<index>\d+)(?:-.*)?")
-
-
-def segment_request_id(stream_id: str, index: int) -> str:
-    return f"{stream_id}.{index}"
-
-
-def continues_a_stream(request_id: str) -> bool:
-    """Whether a source request is a segment after its stream's first: the stream is already
-    speaking, so an engine must not queue it behind streams that arrived after it."""
-    match = _SEGMENT_REQUEST_ID.fullmatch(request_id)
-    return match is not None and int(match["index"]) > 0
 
 
 @dataclasses.dataclass(frozen=True)

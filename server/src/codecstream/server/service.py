@@ -139,7 +139,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             max_text_chars=limits.max_text_chars,
             max_frames=limits.max_frames,
             default_chunking=limits.default_chunking.to_policy(),
-            resume_window_ms=int(limits.resume_window_s * 1000),
+            resume_window_ms=round(limits.resume_window_s * 1000),
             max_instructions_chars=limits.max_instructions_chars,
             max_reference_transcript_chars=limits.max_reference_transcript_chars,
             max_reference_audio_bytes=limits.max_reference_audio_bytes,

@@ -8,7 +8,7 @@ import collections
 from typing import Any
 
 from codecstream.server.engine.text_feed import TEXT_FEEDS
-from codecstream.server.segmenting import continues_a_stream
+from codecstream.server.request_ids import continues_a_stream
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
 
 
