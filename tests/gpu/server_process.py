@@ -63,7 +63,12 @@ class ServerProcess:
         self.started_at = time.monotonic()
         # The environment as it is: on a GPU host the stack comes from a target folder on PYTHONPATH.
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            # The code predictor's seeded noise (engine/code_predictor_noise.py), off by default until
+            # this lane passes with it on a GPU; CODECSTREAM_SEEDED_CODE_PREDICTOR_NOISE=0 measures without.
+            env={"CODECSTREAM_SEEDED_CODE_PREDICTOR_NOISE": "1", **os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.target = ""
         self.start_s = 0.0

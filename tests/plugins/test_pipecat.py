@@ -6,6 +6,9 @@ follow Pipecat's conventions."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import logging
 import time
 
 import pytest
@@ -190,6 +193,74 @@ async def test_a_refused_turn_is_one_request_one_error_and_one_stop_not_one_per_
     errors = errors_in(down, up)
     assert len(errors) == 1 and "unknown voice 'nobody'" in errors[0]
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
+
+
+def refusing_service(kind: str, server, checkpoint, tmp_path) -> CodecstreamTTSService:
+    """A service whose turns are refused: by the server (an unknown voice) or by the client (no decoder)."""
+    if kind == "unknown voice":
+        return CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody")
+    return CodecstreamTTSService(server=server.target, decoder=tmp_path / "no-such-decoder")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["unknown voice", "missing decoder"])
+async def test_a_refused_turn_is_one_error_frame_in_all(replay_server_factory, checkpoint, tmp_path, kind):
+    # Issue 40 defect 3: Pipecat added "TTS context ... completed with no audio", once per context the
+    # refused turn opened, to codecstream's own error.
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    down, up = await refused_turn(refusing_service(kind, server, checkpoint, tmp_path))
+    errors = [f.error for f in (*down, *up) if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and errors[0].startswith("codecstream: "), errors
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["unknown voice", "missing decoder"])
+async def test_a_refused_turn_ends_with_its_reply_unspoken_and_the_next_turn_is_not_held_back(
+    replay_server_factory, checkpoint, tmp_path, kind
+):
+    # Issue 40 defect 1: the text that came after the refusal reopened the turn's audio context (a
+    # second TTSStartedFrame), which nothing ever stopped: the next turn waited out Pipecat's quiet
+    # timeout (70 s), and the refused text went into the assistant context as if spoken.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = refusing_service(kind, server, checkpoint, tmp_path)
+    script = [
+        LLMFullResponseStartFrame(),
+        LLMTextFrame("Sure, I can help."),
+        Pause(0.5),  # the LLM writes on after the refusal
+        LLMTextFrame(" The train leaves at nine."),
+        LLMFullResponseEndFrame(),
+        TTSUpdateSettingsFrame(delta=CodecstreamTTSService.Settings(voice="ryan")),
+        *reply("Hello there."),
+        Until(TTSAudioRawFrame),
+    ]
+    if kind == "missing decoder":
+        tts._decoder_source = checkpoint  # the next turn's decoder is there: only the first turn is refused
+    async with asyncio.timeout(40):  # a hang check (the quiet timeout is 70 s), not a speed bound
+        result = await run_script(tts, script)
+    down = result.frames
+    refused_id = next(f.context_id for f in down if isinstance(f, TTSStartedFrame))
+    of_refused = [type(f) for f in down if getattr(f, "context_id", None) == refused_id]
+    assert of_refused.count(TTSStartedFrame) == 1 and of_refused.count(TTSStoppedFrame) == 1
+    assert words_of(down) == ["Hello", "there."]  # nothing of the refused turn is reported as spoken
+    assert audio_bytes(down) == 10 * FRAME_BYTES
+    assert not (tts._turns or tts._refused)
+
+
+@pytest.mark.asyncio
+async def test_refused_streams_leave_no_pending_task_or_unretrieved_exception_behind(
+    replay_server_factory, checkpoint, caplog
+):
+    # Issue 40 defect 2: each refused stream left grpc's request-writing task waiting forever; destroyed
+    # later, it logged "Task was destroyed but it is pending!" and "Task exception was never retrieved".
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody")
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    await run_script(tts, [*reply("Sure."), Until(TTSStoppedFrame), *reply("Sure."), Until(TTSStoppedFrame)])
+    for _ in range(3):
+        gc.collect()
+        await asyncio.sleep(0.05)
+    assert sample(server, "codecstream_calls_total") == 2
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
 
 
 @pytest.mark.asyncio

@@ -17,16 +17,43 @@ before its text does. A whole-text request (no feed) runs exactly as upstream's.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
+from codecstream.server.engine import code_predictor_noise
+from codecstream.server.engine.code_predictor_noise import CodePredictorNoise
 from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
+
+log = logging.getLogger(__name__)
 
 
 class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
     # codes.audio: one row of 16 codes per decode step; codes.ref: the voice-clone reference codes.
     omni_client_multimodal_output_keys = ("codes.audio", "codes.ref")
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:  # vLLM reads these names
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        #: The code predictor's seeded noise (code_predictor_noise.py), where switched on.
+        self._noise: CodePredictorNoise | None = None
+        if code_predictor_noise.enabled():
+            scheduler, compilation = vllm_config.scheduler_config, vllm_config.compilation_config
+            rows = max(scheduler.max_num_seqs, compilation.max_cudagraph_capture_size or 0)
+            device = self.text_embedding.weight.device
+            self._noise = CodePredictorNoise(rows, self.mtp_sample_steps, self.mtp_sample_vocab_size, device)
+            log.info("the code predictor's noise is drawn per request and frame, outside graphs (%d rows)", rows)
+
+    def preprocess_batch(self, **kwargs: Any) -> None:
+        if self._noise is not None:
+            self._noise.start_step()
+        super().preprocess_batch(**kwargs)
+
+    def talker_mtp(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any):
+        if self._noise is not None and kwargs.get("sample_uniforms") is None:
+            # The rows this step's preprocess filled (under a CUDA graph: the buffer it captured).
+            kwargs.update(sample_uniforms=self._noise.rows(int(input_ids.shape[0])), generator=None, generators=None)
+        return super().talker_mtp(input_ids, *args, **kwargs)
 
     def preprocess(self, input_ids: torch.Tensor, input_embeds: torch.Tensor | None, **info_dict: Any):
         feed = TEXT_FEEDS.get(info_dict.get("request_id", ""))
@@ -46,6 +73,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             feed = TEXT_FEEDS.get(info.get("request_id", ""))
             if feed is not None:
                 self._grow(info, feed)
+        if self._noise is not None:
+            self._noise.fill(req_infos)
         return super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
 
     def _grow(self, info: dict[str, Any], feed: TextFeed) -> None:
