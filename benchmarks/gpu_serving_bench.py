@@ -20,16 +20,21 @@ rate's window, and codecstream_streams_active sampled twice a second, which coun
 for an engine slot too); server CPU (psutil, the server's whole process tree, in cores). The
 headline: the highest rate at which every stream completed and none underran.
 
-    # here, on the CPU engine (tiny preset, CPU deploy YAML): a smoke run, about 2 minutes plus the engine's start
-    .venv/bin/python benchmarks/gpu_serving_bench.py --cpu --rates 0.5,1 --seconds 20 --warmup 5
+    # here, on the CPU engine (tiny preset, CPU deploy YAML): a smoke run, ~2 minutes after the engine's start
+    .venv/bin/python benchmarks/gpu_serving_bench.py --cpu --rates 0.5,1 --seconds 20 --warmup 5 --out /tmp/smoke.json
 
-    # on one H100 (CUDA deploy YAML, the server's default there): 7 rates x (30 s + drain) after a 10 s warm-up
-    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --seconds 30
+    # on one H100 (the CUDA deploy YAML, the server's default there). A device command runs at most
+    # 10 minutes and a cold 0.6B start took 387 s: warm the compile cache with a short run, then
+    # sweep, split over runs where it does not fit (--merge keeps the rates an earlier run measured)
+    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 1 --seconds 5 --warmup 0 --out /tmp/warm.json
+    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 1,5,10,20 --seconds 30
+    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 30,40,60 --seconds 30 --warmup 5 --merge
 
     # vLLM-Omni's stock serving of the same checkpoint (talker + code2wav, PCM streamed over its
     # OpenAI speech API), started by you beside it and measured with the same arrivals and
-    # playout, merged into the same record and plot:
-    vllm serve CKPT --omni --port 8091 &       # CKPT: the checkpoint the codecstream run printed
+    # playout, merged into the same record and plot (CKPT: the checkpoint the runs above printed)
+    vllm serve CKPT --omni --port 8091 --deploy-config "$(.venv/bin/python -c \\
+        'import vllm_omni, pathlib; print(pathlib.Path(vllm_omni.__file__).parent / "deploy/qwen3_tts.yaml")')" &
     .venv/bin/python benchmarks/gpu_serving_bench.py --system vllm-omni --url http://127.0.0.1:8091 \\
         --server-pid $! --preset 0.6b --seconds 30 --merge
 
@@ -322,6 +327,7 @@ class VllmOmniSystem:
         self.pid = args.server_pid
         self.metrics_url = f"{self.url}/metrics"
         self.voice, self.language, self.model = args.voice, args.language, args.model_name
+        self.ready_timeout_s = args.ready_timeout
         self.http = None
 
     async def open(self) -> None:
@@ -331,6 +337,17 @@ class VllmOmniSystem:
             timeout=httpx.Timeout(600.0, connect=30.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
         )
+        # `vllm serve` takes minutes to start: wait until its /health answers.
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            try:
+                if (await self.http.get(f"{self.url}/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.url}/health did not answer 200 within {self.ready_timeout_s:g} s")
+            await asyncio.sleep(2.0)
 
     async def stream(self, text: str, result: StreamResult) -> None:
         body = {
@@ -519,7 +536,8 @@ def plot(record: dict, path: pathlib.Path) -> None:
         rows = entry["rates"]
         for axis, key in zip(axes, ("first_chunk_ms", "end_to_end_ms"), strict=True):
             points = [(row["rate"], row[key]["p95"]) for row in rows if row[key]]
-            label = f"{name} (zero underruns up to {entry['highest_rate_without_underrun']} req/s)"
+            best = entry["highest_rate_without_underrun"]
+            label = f"{name} (zero underruns up to {best:g} req/s)" if best else f"{name} (underruns at every rate)"
             axis.plot(*zip(*points, strict=True), "o-", label=label)
             failing = [(row["rate"], row[key]["p95"]) for row in rows if row[key] and not passed(row)]
             if failing:
@@ -551,7 +569,7 @@ def main() -> int:
     parser.add_argument(
         "--drain-timeout",
         type=float,
-        default=180.0,
+        default=60.0,
         help="after a rate's arrivals, how long its streams may run before they count as failed",
     )
     parser.add_argument(
@@ -570,6 +588,7 @@ def main() -> int:
     parser.add_argument("--voice", default="ryan")
     parser.add_argument("--language", default="English")
     parser.add_argument("--url", default="http://127.0.0.1:8091", help="vllm-omni: its API server")
+    parser.add_argument("--ready-timeout", type=float, default=1200.0, help="vllm-omni: seconds to wait for /health")
     parser.add_argument("--server-pid", type=int, help="vllm-omni: its server's process id (for its CPU use)")
     parser.add_argument("--model-name", help="vllm-omni: the `model` field of each request (default: none sent)")
     parser.add_argument("--seed", type=int, default=0, help="arrivals and prompt order")
@@ -586,9 +605,7 @@ def main() -> int:
     print(f"[gpu_serving_bench] checkpoint {checkpoint}", file=sys.stderr, flush=True)
     system = VllmOmniSystem(args) if args.system == "vllm-omni" else CodecstreamSystem(args, checkpoint)
     rows = asyncio.run(run_system(system, args, prompts))
-    clean = [row["rate"] for row in rows if passed(row)]
     entry = {
-        "highest_rate_without_underrun": max(clean) if clean else None,
         "machine": where,
         "gpu": gpu_name(),
         "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -615,7 +632,18 @@ def main() -> int:
     }
     record = json.loads(out.read_text()) if args.merge and out.exists() else {}
     record.update({"benchmark": "gpu_serving_bench", "preset": args.preset})
-    record.setdefault("systems", {})[system.name] = entry
+    earlier = record.setdefault("systems", {}).get(system.name)
+    if earlier:
+        # A sweep split over several runs (one device command is limited to 10 minutes): a rate
+        # measured again replaces the earlier one, the others stay, each run's command is kept.
+        fresh = {row["rate"] for row in rows}
+        entry["rates"] = sorted(
+            [row for row in earlier["rates"] if row["rate"] not in fresh] + rows, key=lambda row: row["rate"]
+        )
+        entry["earlier_commands"] = [*earlier.get("earlier_commands", []), earlier["command"]]
+    clean = [row["rate"] for row in entry["rates"] if passed(row)]
+    record["systems"][system.name] = {"highest_rate_without_underrun": max(clean) if clean else None, **entry}
+    entry = record["systems"][system.name]
     write_record(record, out, plot)
     print(
         f"[gpu_serving_bench] {system.name}: zero underruns up to {entry['highest_rate_without_underrun']} req/s; "
