@@ -139,6 +139,7 @@ class AsyncCodeStream:
             message = self._requests.get_nowait()
             if message is not _CLOSE:
                 unsent.append(message)
+        self._end_requests()  # the previous call's writer, if any, ends with it
         if self.cancelled and not any(message.HasField("cancel") for message in unsent):
             # The previous call may have taken the Cancel off the queue and died with it.
             unsent.append(pb.SynthesizeRequest(cancel=pb.Cancel(played_frames=self._played_frames)))
@@ -153,6 +154,14 @@ class AsyncCodeStream:
         self._first_status = None
         self._call.add_done_callback(self._note_first_status)
         self._responses = self._call.__aiter__()
+
+    def _end_requests(self) -> None:
+        """Let the current call's request generator finish. grpc.aio writes it from a task of its own
+        that only a cancel by the client stops: a call the server ended (a refusal, a lost connection)
+        would leave it waiting for the Header or the next message forever, and its destruction
+        reported as "Task was destroyed but it is pending!"."""
+        self._requests.put_nowait(_CLOSE)
+        self._answered.set()
 
     def _note_first_status(self, call) -> None:
         # The status the call ended with before anything could overwrite it (see _server_status).
@@ -181,13 +190,18 @@ class AsyncCodeStream:
             try:
                 message = await self._responses.__anext__()
             except StopAsyncIteration:
+                self._end_requests()
                 if self.end is None:
                     raise StreamEnded(
                         pb.End(reason=pb.END_REASON_ERROR, message="server closed the stream without End")
                     ) from None
                 return None
             except grpc.RpcError as error:
-                await self._reattach(await self._server_status(error))
+                try:
+                    await self._reattach(await self._server_status(error))
+                except BaseException:
+                    self._end_requests()
+                    raise
                 continue
             chunk = self._reassembler.accept(message)
             if message.HasField("header"):

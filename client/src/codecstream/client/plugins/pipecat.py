@@ -47,6 +47,7 @@ from codecstream.protocol.decoding import FrameDecoder
 from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
 from loguru import logger
 from pipecat.frames.frames import (
+    AggregatedTextProgressFrame,
     CancelFrame,
     EndFrame,
     ErrorFrame,
@@ -54,7 +55,9 @@ from pipecat.frames.frames import (
     StartFrame,
     TTSAudioRawFrame,
     TTSStoppedFrame,
+    TTSTextFrame,
 )
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language, resolve_language
@@ -166,7 +169,8 @@ class CodecstreamTTSService(TTSService):
         self._client: AsyncClient | None = None
         self._decoder = None
         self._turns: dict[str, _Turn] = {}
-        #: Turns whose stream could not be opened: their later text has nowhere to go.
+        #: Turns whose stream could not be opened: their later text has nowhere to go, and their audio
+        #: context stays open (one TTSStartedFrame) until the reply ends, then stops unspoken.
         self._refused: set[str] = set()
         #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
         self._decoder_error: CodecStreamError | None = None
@@ -254,9 +258,10 @@ class CodecstreamTTSService(TTSService):
                 turn.stream.push_text(text)
             await self.start_tts_usage_metrics(text)
         except CodecStreamError as error:
+            # The context stays open for the rest of the reply: ended now, the reply's next text
+            # would open it again (Pipecat recreates the turn's context), and nothing would stop it.
             self._refused.add(context_id)
             yield ErrorFrame(error=f"codecstream: {error}")
-            await self._end_context(context_id)
             return
         yield None
 
@@ -272,10 +277,28 @@ class CodecstreamTTSService(TTSService):
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The LLM's reply is complete: the stream ends once the rest is spoken."""
         context_id = context_id or self.get_active_audio_context_id() or ""
-        self._refused.discard(context_id)
+        if context_id in self._refused:
+            await self._end_context(context_id)
         turn = self._turns.get(context_id)
         if turn is not None:
             turn.stream.end_input()
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM) -> None:
+        # Pipecat reports a context's text as spoken when the context ends (its words "dropped by the
+        # provider"); a refused turn spoke none of it, and none of it belongs in the assistant's context.
+        if isinstance(frame, (TTSTextFrame, AggregatedTextProgressFrame)) and frame.context_id in self._refused:
+            return
+        await super().push_frame(frame, direction)
+
+    async def _record_context_audio_outcome(self, context_id: str, received_audio: bool) -> None:
+        # Pipecat notes every context that ends without audio as an error of its own, to catch a
+        # provider that stays silent without saying why. A refused turn said why, in one ErrorFrame.
+        if context_id not in self._refused:
+            await super()._record_context_audio_outcome(context_id, received_audio)
+
+    async def on_audio_context_completed(self, context_id: str) -> None:
+        self._refused.discard(context_id)
+        await super().on_audio_context_completed(context_id)
 
     async def _read(self, context_id: str, turn: _Turn) -> None:
         stream = turn.stream
