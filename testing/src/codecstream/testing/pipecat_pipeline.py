@@ -80,17 +80,23 @@ async def run_script(processor, script: list) -> RunResult:
                 take(await came_out.get())
 
     async def push() -> None:
-        await asyncio.wait_for(started.wait(), timeout=5)
-        result.marks["start"] = time.monotonic()
-        for step in script:
-            if isinstance(step, Until):
-                await drain_until(step.kind, step.timeout_s)
-            elif isinstance(step, Pause):
-                await asyncio.sleep(step.seconds)
-            elif isinstance(step, Pushed):
-                result.marks[step.name] = time.monotonic()
-            else:
-                await worker.queue_frame(step)
+        try:
+            await asyncio.wait_for(started.wait(), timeout=5)
+            result.marks["start"] = time.monotonic()
+            for step in script:
+                if isinstance(step, Until):
+                    await drain_until(step.kind, step.timeout_s)
+                elif isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                elif isinstance(step, Pushed):
+                    result.marks[step.name] = time.monotonic()
+                else:
+                    await worker.queue_frame(step)
+        except BaseException:
+            # A step that timed out fails the script: the pipeline is cancelled, or the run
+            # would wait for an EndFrame that never comes (the test hung instead of failing).
+            await runner.cancel(reason="the test script failed")
+            raise
         await worker.queue_frame(EndFrame())
 
     runner = WorkerRunner()
