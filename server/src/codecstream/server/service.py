@@ -212,12 +212,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             if not self._downloads_by[client]:
                 del self._downloads_by[client]
             if not self._downloads_by:  # the last download ended: give its buffers back
-                self._release_heap()
-
-    def _release_heap(self) -> None:
-        task = asyncio.ensure_future(asyncio.to_thread(release_free_heap))
-        self._background.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._background.discard)
+                self._in_background(asyncio.to_thread(release_free_heap))
 
     async def _send_parts(self, offered, offset: int, context) -> None:
         """Send the file from `offset` on. Each part is read and serialized in a thread (the handler's
@@ -501,8 +496,12 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             if not session.attached:
                 self._forget(session)
 
-        task = asyncio.ensure_future(stop_and_forget())
-        # The loop keeps only weak references to tasks: hold it until it is done.
+        self._in_background(stop_and_forget())
+
+    def _in_background(self, work) -> None:
+        """Run `work` without waiting for it; the loop keeps only weak references to tasks, so it is
+        held until it is done."""
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
