@@ -23,20 +23,23 @@ headline: the highest rate at which every stream completed and none underran.
     # here, on the CPU engine (tiny preset, CPU deploy YAML): a smoke run, ~2 minutes after the engine's start
     .venv/bin/python benchmarks/gpu_serving_bench.py --cpu --rates 0.5,1 --seconds 20 --warmup 5 --out /tmp/smoke.json
 
-    # on one H100 (the CUDA deploy YAML, the server's default there). A device command runs at most
-    # 10 minutes and a cold 0.6B start took 387 s: warm the compile cache with a short run, then
-    # sweep, split over runs where it does not fit (--merge keeps the rates an earlier run measured)
-    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 1 --seconds 5 --warmup 0 --out /tmp/warm.json
-    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 1,5,10,20 --seconds 30
-    .venv/bin/python benchmarks/gpu_serving_bench.py --preset 0.6b --rates 30,40,60 --seconds 30 --warmup 5 --merge
+    # on one H100 (the CUDA deploy YAML, the server's default there): a cold 0.6B start and four rates
+    # of 20 s took 245 s; --merge adds rates or systems to an earlier record (a device command runs at
+    # most 10 minutes)
+    python3 -m codecstream.testing.random_checkpoint /tmp/ck06 --preset 0.6b --mean-frames 1e9
+    python3 benchmarks/gpu_serving_bench.py --checkpoint /tmp/ck06 --preset 0.6b --rates 1,10,20,40 \
+        --seconds 20 --warmup 5
 
     # vLLM-Omni's stock serving of the same checkpoint (talker + code2wav, PCM streamed over its
-    # OpenAI speech API), started by you beside it and measured with the same arrivals and
-    # playout, merged into the same record and plot (CKPT: the checkpoint the runs above printed)
-    vllm serve CKPT --omni --port 8091 --deploy-config "$(.venv/bin/python -c \\
-        'import vllm_omni, pathlib; print(pathlib.Path(vllm_omni.__file__).parent / "deploy/qwen3_tts.yaml")')" &
-    .venv/bin/python benchmarks/gpu_serving_bench.py --system vllm-omni --url http://127.0.0.1:8091 \\
-        --server-pid $! --preset 0.6b --seconds 30 --merge
+    # OpenAI speech API, its own deploy YAML), started beside it and measured with the same arrivals
+    # and playout, merged into the same record and plot. The YAML's path is found without importing
+    # vLLM-Omni (its import logs to stdout). On an offline host its API server needs the lane's
+    # wheels (scripts/requirements-gpu-lane.txt).
+    omni="$(python3 -c 'import importlib.util as u; print(u.find_spec("vllm_omni").submodule_search_locations[0])')"
+    deploy="$omni/deploy/qwen3_tts.yaml"
+    python3 -m vllm_omni.entrypoints.cli.main serve /tmp/ck06 --omni --port 8091 --deploy-config "$deploy" &
+    python3 benchmarks/gpu_serving_bench.py --system vllm-omni --url http://127.0.0.1:8091 --server-pid $! \
+        --checkpoint /tmp/ck06 --preset 0.6b --rates 1,10,20,40 --seconds 20 --warmup 5 --merge
 
 For vLLM-Omni each request is POST /v1/audio/speech with response_format "pcm" and stream_format
 "audio" (raw 16-bit mono PCM at 24 kHz, streamed as it is made) and max_new_tokens the same frame
@@ -317,6 +320,14 @@ class CodecstreamSystem:
         self.server.close()
 
 
+def alive(pid: int) -> bool:
+    """Running, not exited (a zombie its parent has not reaped yet counts as exited)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 class VllmOmniSystem:
     """vLLM-Omni's own OpenAI speech API, started by the operator: PCM streamed over HTTP."""
 
@@ -345,6 +356,9 @@ class VllmOmniSystem:
                     return
             except httpx.TransportError:
                 pass
+            if self.pid is not None and not alive(self.pid):
+                # An H100 run waited its whole timeout on a server that had died at its first import.
+                raise RuntimeError(f"the server (pid {self.pid}) exited before {self.url}/health answered")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.url}/health did not answer 200 within {self.ready_timeout_s:g} s")
             await asyncio.sleep(2.0)
@@ -369,7 +383,9 @@ class VllmOmniSystem:
             async for piece in response.aiter_raw():
                 if piece:
                     result.arrivals.append((time.perf_counter(), len(piece) / PCM_BYTES_PER_SECOND))
-        result.completed = result.audio_s >= result.frames_asked * FRAME_S - 1e-6
+        # A frame's worth of slack: the decoder behind the HTTP API may trim its last window's edge, which
+        # is not a stream cut short (those lack seconds, not milliseconds).
+        result.completed = result.audio_s >= (result.frames_asked - 1) * FRAME_S - 1e-6
         if not result.completed:
             result.error = f"{result.audio_s:.2f} s of audio, asked for {result.frames_asked * FRAME_S:.2f} s"
 

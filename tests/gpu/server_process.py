@@ -66,9 +66,7 @@ class ServerProcess:
             command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            # The code predictor's seeded noise (engine/code_predictor_noise.py), off by default until
-            # this lane passes with it on a GPU; CODECSTREAM_SEEDED_CODE_PREDICTOR_NOISE=0 measures without.
-            env={"CODECSTREAM_SEEDED_CODE_PREDICTOR_NOISE": "1", **os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.target = ""
         self.start_s = 0.0

@@ -1,6 +1,6 @@
 """The code predictor's seeded noise (engine/code_predictor_noise.py): a row's noise is a function of
-its request's seed and frame only, whatever row or batch it lands in; and on the real CPU engine with
-it switched on, a seeded request gives the same codes alone, beside another stream, and however its
+its request's seed and frame only, whatever row or batch it lands in; and on the real CPU engine as
+shipped (the noise on by default), a seeded request gives the same codes alone, beside another stream, and however its
 streamed text arrives (on CUDA the noise drawn from the request's generator did not reach the code
 predictor inside its graph: codebooks 1-15 differed from the first frame, docs/server.md)."""
 
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 import torch
-from codecstream.server.engine.code_predictor_noise import ENABLE_VARIABLE, CodePredictorNoise
+from codecstream.server.engine.code_predictor_noise import ENABLE_VARIABLE, CodePredictorNoise, enabled
 
 
 def info(seed: int | None, frame: int, prompt_len: int = 20) -> dict:
@@ -23,6 +23,13 @@ def drawn(infos: list[dict]) -> torch.Tensor:
     noise.fill(infos[:2])
     noise.fill(infos[2:])  # the runner lines decode rows up in several groups
     return noise.rows(len(infos)).clone()
+
+
+def test_the_noise_is_drawn_here_unless_switched_off(monkeypatch):
+    monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
+    assert enabled()
+    monkeypatch.setenv(ENABLE_VARIABLE, "0")
+    assert not enabled()
 
 
 def test_a_seeded_row_s_noise_depends_on_its_seed_and_frame_only():
@@ -57,8 +64,9 @@ def test_on_the_engine_a_seeded_request_gives_the_same_codes_alone_beside_anothe
 
     from tests.server.engine_harness import start_talker_engine, stop_talker_engine
 
-    monkeypatch.setenv(ENABLE_VARIABLE, "1")  # the engine process inherits it
-    engine = start_talker_engine(tmp_path_factory.mktemp("noise-engine"))
+    engine = talker_engine  # the suite's engine, started as shipped: the noise on
+    monkeypatch.setenv(ENABLE_VARIABLE, "0")  # the engine process inherits it
+    noise_off = start_talker_engine(tmp_path_factory.mktemp("noise-off-engine"))
     text = "A seeded sentence, spoken the same way every time."
     request = SynthesisRequest(text=text, voice="ryan", seed=11, max_frames=30)
 
@@ -90,13 +98,13 @@ def test_on_the_engine_a_seeded_request_gives_the_same_codes_alone_beside_anothe
 
     try:
         alone = engine.run(codes_of(engine.run(engine.source.open(request, "alone"))))
-        # The same weights and request on the suite's engine, whose code predictor draws from the
-        # request's generator: other codes, so the noise here is what decided them.
-        default = talker_engine.run(codes_of(talker_engine.run(talker_engine.source.open(request, "default"))))
-        assert default[:2] == alone[:2] and default != alone  # the talker's first code alike, the rest not
+        # The same weights and request on an engine whose code predictor draws from the request's
+        # generator: other codes, so the noise drawn here is what decided them.
+        off = noise_off.run(codes_of(noise_off.run(noise_off.source.open(request, "noise off"))))
+        assert off[:2] == alone[:2] and off != alone  # the talker's first code alike, the rest not
         assert engine.run(codes_of(engine.run(engine.source.open(request, "again")))) == alone
         assert engine.run(beside()) == alone
         whole = engine.run(streamed([text]))
         assert engine.run(streamed([text[:9], text[9:23], text[23:]])) == whole
     finally:
-        stop_talker_engine(engine)
+        stop_talker_engine(noise_off)
