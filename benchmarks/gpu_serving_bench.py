@@ -211,7 +211,7 @@ class CodecstreamSystem:
     def __init__(self, args, checkpoint: pathlib.Path) -> None:
         from codecstream.server.engine.deploy_config import CPU_DEPLOY_CONFIG, CUDA_DEPLOY_CONFIG
 
-        self.log = pathlib.Path(tempfile.gettempdir()) / "gpu_serving_bench_server.log"
+        self.log = args.server_log or pathlib.Path(tempfile.gettempdir()) / "gpu_serving_bench_server.log"
         # All streams come from this one process: lift every per-client share and rate limit.
         server_args = [
             "--model",
@@ -599,6 +599,9 @@ def main() -> int:
         default=[],
         metavar="ARG",
         help="an extra codecstream-server argument (repeatable), e.g. --server-arg=--deploy-config=tuned.yaml",
+    )
+    parser.add_argument(
+        "--server-log", type=pathlib.Path, help="codecstream: where the server's log goes (default: the temp folder)"
     )
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams are spread over")
     parser.add_argument("--voice", default="ryan")
