@@ -16,7 +16,8 @@ pytest.importorskip("livekit.agents", reason="the livekit extra: pip install './
 from codecstream.client.plugins.livekit import CodecstreamTTS
 from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
-from livekit.agents import APIConnectOptions, APIError, APIStatusError
+from codecstream.server.replay import ReplaySource
+from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
 from tests.conftest import random_codes
@@ -195,3 +196,43 @@ async def test_a_whole_text_is_synthesized_in_one_chunked_stream(replay_server_f
     frame = await asyncio.wait_for(engine.synthesize("Hello there.").collect(), 30)
     await engine.aclose()
     assert frame.samples_per_channel == 12 * 1920
+
+
+class StalledReplay(ReplaySource):
+    """A server that takes every call and never starts its stream (an engine that stopped stepping)."""
+
+    async def open(self, request, stream_id):
+        await asyncio.Event().wait()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["synthesize", "stream"])
+async def test_a_stream_not_started_within_conn_options_timeout_is_an_api_timeout(
+    replay_server_factory, checkpoint, how
+):
+    # Issue 40 defect 5: conn_options.timeout was ignored, so a stalled server held a turn forever.
+    server = replay_server_factory(
+        codes=random_codes(12), decoder_digest=decoder_digest(checkpoint), source_class=StalledReplay
+    )
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    errors = []
+    engine.on("error", errors.append)
+    options = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=0.5)
+    began = time.monotonic()
+    with pytest.raises(APITimeoutError, match="0.5 s"):
+        if how == "synthesize":
+            await asyncio.wait_for(engine.synthesize("Hello there.", conn_options=options).collect(), 30)
+        else:
+            stream = engine.stream(conn_options=options)
+            stream.push_text("Hello there.")
+            stream.end_input()
+
+            async def drain():
+                async for _ in stream:
+                    pass
+
+            await asyncio.wait_for(drain(), 30)
+    waited = time.monotonic() - began
+    await engine.aclose()
+    assert waited < 10  # the timeout, not the test's own 30 s guard
+    assert len(errors) == 1 and errors[0].recoverable is False  # no retries left: max_retry=0

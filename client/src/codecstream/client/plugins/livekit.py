@@ -26,6 +26,7 @@ import logging
 import pathlib
 import time
 import uuid
+from collections.abc import Awaitable
 
 import numpy as np
 from codecstream.client.client import AsyncClient
@@ -44,7 +45,7 @@ from codecstream.client.synthesis import AsyncAudioStream
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
 from codecstream.protocol.pcm import to_pcm16
 from codecstream.v1 import synthesis_pb2 as pb
-from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, tts
+from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, APITimeoutError, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
 from livekit.agents.utils import is_given
 
@@ -209,17 +210,51 @@ def _api_error(error: CodecStreamError) -> APIError:
     return APIConnectionError(str(error))
 
 
+async def _within_timeout(
+    speaking: Awaitable[None], output: _Output, text_given: asyncio.Event, conn_options: APIConnectOptions
+) -> None:
+    """Await `speaking` (open the stream, then hand its audio to LiveKit), bounded as LiveKit bounds a
+    provider by `conn_options.timeout`: once the server has text it can speak (a whole text, a flush or
+    the end of the input), its first audio must come within the timeout. A server that takes the call
+    and never starts speaking (its engine stalled) is then a retryable APITimeoutError, not a turn
+    held forever."""
+
+    async def first_audio() -> None:
+        await text_given.wait()
+        try:
+            await asyncio.wait_for(output.first_audio.wait(), conn_options.timeout)
+        except asyncio.TimeoutError:
+            raise APITimeoutError(
+                f"codecstream: no audio within {conn_options.timeout:g} s of the text (conn_options.timeout)"
+            ) from None
+
+    speech = asyncio.ensure_future(speaking)
+    watchdog = asyncio.ensure_future(first_audio())
+    try:
+        await asyncio.wait({speech, watchdog}, return_when=asyncio.FIRST_EXCEPTION)
+        if watchdog.done() and watchdog.exception() is not None:
+            raise watchdog.exception()
+        await speech
+    finally:
+        for task in (speech, watchdog):
+            task.cancel()
+        await asyncio.gather(speech, watchdog, return_exceptions=True)
+
+
 class _Output:
     """One stream's audio and words on their way to LiveKit."""
 
     def __init__(self, stream: AsyncAudioStream, emitter: tts.AudioEmitter, sample_rate: int) -> None:
         self.stream = stream
         self.playout = PlayoutClock()
+        #: Set at the first audio handed to LiveKit.
+        self.first_audio = asyncio.Event()
         self._emitter = emitter
         self._resampler = StreamResampler(sample_rate)
 
     async def run(self) -> None:
         async for chunk in self.stream:
+            self.first_audio.set()
             self._push_words()
             self.playout.handed(time.monotonic(), chunk.num_frames)
             self._emitter.push(to_pcm16(self._resampler(chunk.samples)).tobytes())
@@ -268,8 +303,10 @@ class ChunkedStream(tts.ChunkedStream):
         )
         stream = client.synthesize(self.input_text, decoder=decoder, **engine._opts.start_options())
         output = _Output(stream, output_emitter, engine.sample_rate)
+        text_given = asyncio.Event()
+        text_given.set()
         try:
-            await output.run()
+            await _within_timeout(output.run(), output, text_given, self._conn_options)
         except CodecStreamError as error:
             api_error = _api_error(error)
             if output.playout.handed_frames:
@@ -296,21 +333,27 @@ class SynthesizeStream(tts.SynthesizeStream):
         output_emitter.start_segment(segment_id=request_id)
         stream = client.stream_text(decoder=decoder, **engine._opts.start_options())
         output = _Output(stream, output_emitter, engine.sample_rate)
+        text_given = asyncio.Event()  # a flush or the input's end: the server can speak what it has
 
         async def send_text() -> None:
             async for item in self._input_ch:
                 if isinstance(item, self._FlushSentinel):
                     stream.flush()
+                    text_given.set()
                 else:
                     # LiveKit times TTFB and emits TTSMetrics from the first text sent to the provider.
                     self._mark_started()
                     stream.push_text(item)
             stream.end_input()
+            text_given.set()
+
+        async def speak() -> None:
+            await stream.open()
+            await output.run()
 
         sender = asyncio.create_task(send_text(), name="codecstream-send-text")
         try:
-            await stream.open()
-            await output.run()
+            await _within_timeout(speak(), output, text_given, self._conn_options)
             output_emitter.end_segment()
         except CodecStreamError as error:
             raise _api_error(error) from None
