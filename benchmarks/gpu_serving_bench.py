@@ -223,13 +223,16 @@ class CodecstreamSystem:
             "--rate-limit",
             "0",
         ]
-        if args.cpu:
-            server_args += ["--deploy-config", str(CPU_DEPLOY_CONFIG)]
-        self.server_args = server_args + args.server_arg
         deploy = [arg.split("=", 1)[1] for arg in args.server_arg if arg.startswith("--deploy-config=")]
         self.deploy_config = (
             pathlib.Path(deploy[-1]) if deploy else CPU_DEPLOY_CONFIG if args.cpu else CUDA_DEPLOY_CONFIG
         )
+        self.engine_settings = dict(args.engine_setting)
+        if self.engine_settings:
+            self.deploy_config = with_stage_settings(self.deploy_config, self.engine_settings)
+        if args.cpu or self.engine_settings:
+            server_args += ["--deploy-config", str(self.deploy_config)]
+        self.server_args = server_args + [arg for arg in args.server_arg if not arg.startswith("--deploy-config=")]
         print(f"[gpu_serving_bench] starting codecstream-server (log {self.log}) ...", file=sys.stderr, flush=True)
         self.server = ServerProcess(self.server_args, ready_timeout_s=1200.0, log=self.log)
         self.pid = self.server.process.pid
@@ -310,6 +313,7 @@ class CodecstreamSystem:
             "server_log": str(self.log),
             "channels": self.channels,
             "deploy_config": str(self.deploy_config),
+            "engine_settings": self.engine_settings,
             # What the engine's batch can reach: the occupancy figures are read against it.
             "max_num_seqs": [int(n) for n in re.findall(r"max_num_seqs:\s*(\d+)", self.deploy_config.read_text())],
         }
@@ -318,6 +322,34 @@ class CodecstreamSystem:
         for client in self.clients:
             await client.close()
         self.server.close()
+
+
+def engine_setting(text: str) -> tuple[str, object]:
+    """KEY=VALUE for the talker stage of the deploy YAML; a dotted KEY reaches into a mapping
+    (compilation_config.max_cudagraph_capture_size=128), VALUE is read as YAML (128, true, 0.5)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def with_stage_settings(deploy_config: pathlib.Path, settings: dict[str, object]) -> pathlib.Path:
+    """A copy of the deploy YAML with `settings` set on its talker stage (stage 0), in the temp folder."""
+    import yaml
+
+    config = yaml.safe_load(deploy_config.read_text())
+    stage = next(stage for stage in config["stages"] if stage["stage_id"] == 0)
+    for key, value in settings.items():
+        *parents, leaf = key.split(".")
+        target = stage
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+    derived = pathlib.Path(tempfile.mkdtemp(prefix="gpu_serving_bench-")) / deploy_config.name
+    derived.write_text(yaml.safe_dump(config, sort_keys=False))
+    return derived
 
 
 def alive(pid: int) -> bool:
@@ -603,6 +635,16 @@ def main() -> int:
     parser.add_argument(
         "--server-log", type=pathlib.Path, help="codecstream: where the server's log goes (default: the temp folder)"
     )
+    parser.add_argument(
+        "--engine-setting",
+        type=engine_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="codecstream: set a key of the deploy YAML's talker stage (repeatable), "
+        "e.g. max_num_seqs=128 compilation_config.max_cudagraph_capture_size=128",
+    )
+    parser.add_argument("--label", help="the system's name in the record and plot (default: --system)")
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams are spread over")
     parser.add_argument("--voice", default="ryan")
     parser.add_argument("--language", default="English")
@@ -623,6 +665,8 @@ def main() -> int:
     checkpoint = args.checkpoint or checkpoint_for(args.preset)
     print(f"[gpu_serving_bench] checkpoint {checkpoint}", file=sys.stderr, flush=True)
     system = VllmOmniSystem(args) if args.system == "vllm-omni" else CodecstreamSystem(args, checkpoint)
+    if args.label:
+        system.name = args.label  # one record can then hold several configurations of one system
     rows = asyncio.run(run_system(system, args, prompts))
     entry = {
         "machine": where,

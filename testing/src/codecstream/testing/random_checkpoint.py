@@ -17,7 +17,8 @@ reads:
                              decoder.* (codecstream.decoder's builder) and encoder.* (added here)
 
 Presets: "tiny" (tests: every width small, but head_dim 64 because vLLM's CPU attention needs
->= 64) and "0.6b" (the shape of Qwen3-TTS-12Hz-0.6B, with the real-size codec, for measurements).
+>= 64), "0.6b" and "1.7b" (the shapes of Qwen3-TTS-12Hz-0.6B and -1.7B, with the real-size codec,
+for measurements).
 
 Random weights would almost never emit codec EOS (about 1 in 2048 per frame), so every
 utterance would run to the frame limit. The talker is therefore given one deliberate "EOS
@@ -30,7 +31,7 @@ uniformly random, which is all the tests need of them.
 
 The same (preset, variant, seed, mean_frames) always writes the same bytes.
 
-    python -m codecstream.testing.random_checkpoint OUT --preset tiny|0.6b [--variant custom_voice]
+    python -m codecstream.testing.random_checkpoint OUT --preset tiny|0.6b|1.7b [--variant custom_voice]
 """
 
 from __future__ import annotations
@@ -141,6 +142,28 @@ PRESETS: dict[str, Preset] = {
         },
         decoder_preset="real",
         tts_model_size="0b6",
+        mean_frames=100.0,
+    ),
+    # Qwen3-TTS-12Hz-1.7B: a talker twice as wide (its code predictor stays 1024 wide, fed through
+    # small_to_mtp_projection); the speaker encoder's x-vector is as wide as the talker.
+    "1.7b": Preset(
+        talker=TransformerShape(2048, 28, 16, 8, 128, 6144),
+        code_predictor=TransformerShape(1024, 5, 16, 8, 128, 3072),
+        text_hidden_size=2048,
+        mrope_section=(24, 20, 20),
+        speaker_encoder={
+            "mel_dim": 128,
+            "enc_dim": 2048,
+            "enc_channels": [512, 512, 512, 512, 1536],
+            "enc_kernel_sizes": [5, 3, 3, 3, 1],
+            "enc_dilations": [1, 2, 3, 4, 1],
+            "enc_attention_channels": 128,
+            "enc_res2net_scale": 8,
+            "enc_se_channels": 128,
+            "sample_rate": 24000,
+        },
+        decoder_preset="real",
+        tts_model_size="1b7",
         mean_frames=100.0,
     ),
 }
