@@ -219,7 +219,7 @@ async def test_a_stream_not_started_within_conn_options_timeout_is_an_api_timeou
     engine.on("error", errors.append)
     options = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=0.5)
     began = time.monotonic()
-    with pytest.raises(APITimeoutError, match="0.5 s"):
+    with pytest.raises(APITimeoutError, match=r"0\.5 s"):
         if how == "synthesize":
             await asyncio.wait_for(engine.synthesize("Hello there.", conn_options=options).collect(), 30)
         else:
@@ -236,3 +236,30 @@ async def test_a_stream_not_started_within_conn_options_timeout_is_an_api_timeou
     await engine.aclose()
     assert waited < 10  # the timeout, not the test's own 30 s guard
     assert len(errors) == 1 and errors[0].recoverable is False  # no retries left: max_retry=0
+
+
+class SlowLoadingTTS(CodecstreamTTS):
+    """The real decoder load, one second later (a cold cache or a first compile)."""
+
+    async def _load_decoder(self, client):
+        await asyncio.sleep(1.0)
+        return await super()._load_decoder(client)
+
+
+@pytest.mark.asyncio
+async def test_a_first_turn_waiting_for_the_decoder_counts_the_wait_in_its_time_to_first_byte(
+    replay_server_factory, checkpoint
+):
+    # Issue 40 defect 4: the text was taken only once the decoder had loaded, so LiveKit's TTFB (0.096 s)
+    # left out the 3.3 s the first turn waited for it.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    engine = SlowLoadingTTS(server=server.target, decoder=checkpoint)
+    collected = []
+    engine.on("metrics_collected", collected.append)
+    async with engine.stream() as stream:
+        stream.push_text("Hello there.")
+        stream.end_input()
+        async for _ in stream:
+            pass
+    await engine.aclose()
+    assert len(collected) == 1 and collected[0].ttfb >= 1.0

@@ -241,6 +241,9 @@ async def _within_timeout(
         await asyncio.gather(speech, watchdog, return_exceptions=True)
 
 
+_END_OF_INPUT = object()
+
+
 class _Output:
     """One stream's audio and words on their way to LiveKit."""
 
@@ -322,8 +325,27 @@ class SynthesizeStream(tts.SynthesizeStream):
     def __init__(self, *, tts: CodecstreamTTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
         self._codecstream = tts
+        #: The input's text and flushes as they came, then _END_OF_INPUT.
+        self._text: asyncio.Queue = asyncio.Queue()
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        reading = asyncio.create_task(self._read_input(), name="codecstream-read-text")
+        try:
+            await self._speak(output_emitter)
+        finally:
+            reading.cancel()
+
+    async def _read_input(self) -> None:
+        """Take the LLM's text as it comes, also while the decoder may still be loading."""
+        async for item in self._input_ch:
+            if not isinstance(item, self._FlushSentinel):
+                # LiveKit times TTFB and emits TTSMetrics from the first text given to the provider:
+                # marked on arrival, so that a turn waiting for the decoder's load counts the wait.
+                self._mark_started()
+            self._text.put_nowait(item)
+        self._text.put_nowait(_END_OF_INPUT)
+
+    async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
         engine = self._codecstream
         client, decoder = await engine._ready()
         request_id = uuid.uuid4().hex
@@ -336,13 +358,11 @@ class SynthesizeStream(tts.SynthesizeStream):
         text_given = asyncio.Event()  # a flush or the input's end: the server can speak what it has
 
         async def send_text() -> None:
-            async for item in self._input_ch:
+            while (item := await self._text.get()) is not _END_OF_INPUT:
                 if isinstance(item, self._FlushSentinel):
                     stream.flush()
                     text_given.set()
                 else:
-                    # LiveKit times TTFB and emits TTSMetrics from the first text sent to the provider.
-                    self._mark_started()
                     stream.push_text(item)
             stream.end_input()
             text_given.set()
