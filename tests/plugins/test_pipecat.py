@@ -328,3 +328,29 @@ async def test_a_finished_turn_leaves_no_state_behind(replay_server_factory, che
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint)
     await run_script(tts, [*reply(*REPLY), Until(TTSStoppedFrame)])
     assert not (tts._turns or tts._refused)
+
+
+class SlowLoadingService(CodecstreamTTSService):
+    """The real decoder load, 1.5 s later (a cold cache or a first compile); notes when it ended."""
+
+    loaded_at = None
+
+    async def _load_decoder(self) -> None:
+        await asyncio.sleep(1.5)
+        await super()._load_decoder()
+        self.loaded_at = time.monotonic()
+
+
+@pytest.mark.asyncio
+async def test_the_pipeline_starts_while_the_decoder_loads_and_the_first_turn_waits_for_it(
+    replay_server_factory, checkpoint
+):
+    # Issue 40 defect 4: start() loaded the decoder before the pipeline could start (4.2 s late with
+    # an empty cache); the load belongs beside the pipeline's start, and only a turn needs it.
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = SlowLoadingService(server=server.target, decoder=checkpoint)
+    result = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])
+    assert tts.loaded_at is not None and result.marks["start"] < tts.loaded_at
+    assert audio_bytes(result.frames) == 10 * FRAME_BYTES
+    first_audio = next(t for f, t in zip(result.frames, result.times, strict=True) if isinstance(f, TTSAudioRawFrame))
+    assert first_audio > tts.loaded_at

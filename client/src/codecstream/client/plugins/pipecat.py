@@ -168,6 +168,7 @@ class CodecstreamTTSService(TTSService):
         self._backend = backend
         self._client: AsyncClient | None = None
         self._decoder = None
+        self._decoder_loading: asyncio.Task | None = None
         self._turns: dict[str, _Turn] = {}
         #: Turns whose stream could not be opened: their later text has nowhere to go, and their audio
         #: context stays open (one TTSStartedFrame) until the reply ends, then stops unspoken.
@@ -188,10 +189,16 @@ class CodecstreamTTSService(TTSService):
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         self._client = AsyncClient(self._target, **self._client_options)
+        # The decoder loads beside the pipeline's start (a download, a first compile: seconds with an
+        # empty cache), not before it: only a turn needs it, and the first one waits for what is left.
+        self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
+
+    async def _load_decoder(self) -> None:
+        """Load the decoder once (weights, runtime sessions, warmed); every turn decodes with its own
+        state. A failure is reported here, once, and refuses every turn."""
         try:
             info = await self._client.codec_info()
             self._stop_frame_timeout_s = info.text_input_timeout_ms / 1000 + QUIET_MARGIN_S
-            # Loads the decoder once (weights, runtime sessions); every turn decodes with its own state.
             self._decoder = await self._client.open_decoder(self._decoder_source, backend=self._backend)
         except CodecStreamError as error:
             self._decoder_error = error
@@ -206,6 +213,8 @@ class CodecstreamTTSService(TTSService):
         await self._close()
 
     async def _close(self) -> None:
+        if self._decoder_loading is not None and not self._decoder_loading.done():
+            await self.cancel_task(self._decoder_loading)
         for context_id in list(self._turns):
             await self._cancel_turn(context_id)
         if self._client is not None:
@@ -244,6 +253,8 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.get(context_id)
         try:
             if turn is None:
+                if self._decoder_loading is not None:
+                    await asyncio.shield(self._decoder_loading)  # the turn's TTFB counts the wait
                 if self._decoder_error is not None:
                     raise self._decoder_error
                 turn = await self._open_turn(context_id)
