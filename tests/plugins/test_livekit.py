@@ -17,7 +17,7 @@ from codecstream.client.plugins.livekit import CodecstreamTTS
 from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
 from codecstream.server.replay import ReplaySource
-from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError
+from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError, LanguageCode
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
 from tests.conftest import random_codes
@@ -263,3 +263,20 @@ async def test_a_first_turn_waiting_for_the_decoder_counts_the_wait_in_its_time_
             pass
     await engine.aclose()
     assert len(collected) == 1 and collected[0].ttfb >= 1.0
+
+
+@pytest.mark.asyncio
+async def test_livekit_language_codes_are_sent_as_the_models_language_names(replay_server_factory, checkpoint):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, language="en-US")
+    assert engine._opts.language == "English"
+    frame = await asyncio.wait_for(engine.synthesize("Hello there.").collect(), 30)
+    assert frame.samples_per_channel == 10 * 1920  # the server took "English"
+    engine.update_options(language=LanguageCode("pt_BR"))
+    assert engine._opts.language == "Portuguese"
+    with pytest.raises(ValueError, match="does not speak 'ar'"):
+        engine.update_options(language="ar")
+    assert engine._opts.language == "Portuguese"
+    await engine.aclose()
+    with pytest.raises(ValueError, match="does not speak 'xx'"):
+        CodecstreamTTS(server=server.target, decoder=checkpoint, language="xx")

@@ -354,3 +354,32 @@ async def test_the_pipeline_starts_while_the_decoder_loads_and_the_first_turn_wa
     assert audio_bytes(result.frames) == 10 * FRAME_BYTES
     first_audio = next(t for f, t in zip(result.frames, result.times, strict=True) if isinstance(f, TTSAudioRawFrame))
     assert first_audio > tts.loaded_at
+
+
+@pytest.mark.parametrize(
+    ("language", "sent"),
+    [(Language.ZH, "Chinese"), (Language.PT_BR, "Portuguese"), (Language.KO_KR, "Korean"), (Language.IT, "Italian")],
+)
+def test_every_language_the_model_speaks_maps_from_pipecat_s_values(language, sent):
+    tts = CodecstreamTTSService(server="127.0.0.1:1", language=language)
+    assert tts._request()["language"] == sent
+
+
+def test_a_language_the_model_does_not_speak_is_refused_at_construction_naming_those_it_does():
+    # Issue 40: Language.AR went to the server as "ar" and every turn was refused there.
+    with pytest.raises(ValueError, match=r"does not speak 'ar'; it speaks Chinese \(zh\), English \(en\)"):
+        CodecstreamTTSService(server="127.0.0.1:1", language=Language.AR)
+
+
+@pytest.mark.asyncio
+async def test_a_settings_update_to_a_language_the_model_does_not_speak_is_an_error_and_keeps_the_last(
+    replay_server_factory, checkpoint
+):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, language=Language.EN)
+    update = TTSUpdateSettingsFrame(delta=CodecstreamTTSService.Settings(language=Language.AR))
+    result = await run_script(tts, [update, *reply("Hello there."), Until(TTSStoppedFrame)])
+    assert tts._request()["language"] == "English"
+    assert audio_bytes(result.frames) == 10 * FRAME_BYTES
+    errors = [f for f in (*result.frames, *result.upstream) if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "does not speak 'ar'" in errors[0].error and not errors[0].fatal

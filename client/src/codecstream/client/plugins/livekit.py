@@ -38,6 +38,7 @@ from codecstream.client.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
+from codecstream.client.languages import model_language
 from codecstream.client.playout import PlayoutClock
 from codecstream.client.resample import StreamResampler
 from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
@@ -101,7 +102,7 @@ class CodecstreamTTS(tts.TTS):
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
         self._backend = backend
-        self._opts = _Options(voice, language, instructions, seed, temperature, top_p, top_k)
+        self._opts = _Options(voice, model_language(language), instructions, seed, temperature, top_p, top_k)
         self._client: AsyncClient | None = None
         self._decoder = None
         self._decoder_loading: asyncio.Task | None = None
@@ -136,6 +137,8 @@ class CodecstreamTTS(tts.TTS):
             top_p=top_p,
             top_k=top_k,
         )
+        if is_given(language):
+            given["language"] = model_language(language)
         self._opts = dataclasses.replace(self._opts, **{k: v for k, v in given.items() if is_given(v)})
 
     async def list_voices(self) -> list[pb.Voice]:

@@ -40,6 +40,7 @@ import numpy as np
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
 from codecstream.client.errors import CodecStreamError
+from codecstream.client.languages import model_language
 from codecstream.client.playout import PlayoutClock
 from codecstream.client.resample import StreamResampler
 from codecstream.client.text_stream import AsyncTextStream
@@ -60,21 +61,8 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
-from pipecat.transcriptions.language import Language, resolve_language
+from pipecat.transcriptions.language import Language
 
-#: Pipecat's languages as Qwen3-TTS names them (regional variants resolve to their base language).
-LANGUAGES = {
-    Language.ZH: "Chinese",
-    Language.EN: "English",
-    Language.JA: "Japanese",
-    Language.KO: "Korean",
-    Language.DE: "German",
-    Language.FR: "French",
-    Language.RU: "Russian",
-    Language.PT: "Portuguese",
-    Language.ES: "Spanish",
-    Language.IT: "Italian",
-}
 #: How much longer than the server lets a stream wait for text a turn may go quiet before Pipecat
 #: gives up on it. Every turn is ended by its stream (TTSStoppedFrame); Pipecat's own 3 s default
 #: would end a turn whose LLM pauses or whose server runs slower than real time, and drop the rest.
@@ -184,7 +172,9 @@ class CodecstreamTTSService(TTSService):
         return False  # audio comes from a reader task, not from run_tts
 
     def language_to_service_language(self, language: Language) -> str | None:
-        return resolve_language(language, LANGUAGES, use_base_code=True)
+        """The model's name for a Pipecat language (Language.EN_GB -> "English"); one it does not
+        speak is a ValueError (at construction, or the settings update that asks for it)."""
+        return model_language(language.value)
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
