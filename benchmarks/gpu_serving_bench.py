@@ -42,10 +42,12 @@ headline: the highest rate at which every stream completed and none underran.
         --checkpoint /tmp/ck06 --preset 0.6b --rates 1,10,20,40 --seconds 20 --warmup 5 --merge
 
 For vLLM-Omni each request is POST /v1/audio/speech with response_format "pcm" and stream_format
-"audio" (raw 16-bit mono PCM at 24 kHz, streamed as it is made) and max_new_tokens the same frame
-count; the first audio byte is its first chunk, and each piece of bytes that arrives carries
-len/48000 s of audio in the playout model. Its occupancy is vLLM's own `vllm:num_requests_running`
-gauge (summed over its engines) sampled from --url's /metrics where it is served.
+"audio" (raw 16-bit mono PCM at 24 kHz, streamed as it is made) and max_new_tokens one more than
+the frame count (it returns max_new_tokens - 1 frames of audio: 19 for 20, 149 for 150, on the CPU
+engine), so both systems speak the same seconds; the first audio byte is its first chunk, and each
+piece of bytes that arrives carries len/48000 s of audio in the playout model. Its occupancy is
+`vllm_omni:num_requests_running` sampled from --url's /metrics (vLLM's own
+`vllm:num_requests_running` is one gauge per stage, and stayed at its last value once idle).
 
 Writes benchmarks/results/gpu_serving_bench.json (one entry per system, each with its machine,
 GPU, versions and command) and the .png beside it (p95 latency vs rate, one line per system).
@@ -314,6 +316,7 @@ class CodecstreamSystem:
             "channels": self.channels,
             "deploy_config": str(self.deploy_config),
             "engine_settings": self.engine_settings,
+            "chunking": {"sent": None, "server_default_ramp": list(DEFAULT_RAMP)},
             # What the engine's batch can reach: the occupancy figures are read against it.
             "max_num_seqs": [int(n) for n in re.findall(r"max_num_seqs:\s*(\d+)", self.deploy_config.read_text())],
         }
@@ -403,7 +406,7 @@ class VllmOmniSystem:
             "task_type": "CustomVoice",
             "response_format": "pcm",
             "stream_format": "audio",
-            "max_new_tokens": result.frames_asked,
+            "max_new_tokens": result.frames_asked + 1,  # it speaks max_new_tokens - 1 frames
         }
         if self.model:
             body["model"] = self.model
@@ -415,15 +418,13 @@ class VllmOmniSystem:
             async for piece in response.aiter_raw():
                 if piece:
                     result.arrivals.append((time.perf_counter(), len(piece) / PCM_BYTES_PER_SECOND))
-        # A frame's worth of slack: the decoder behind the HTTP API may trim its last window's edge, which
-        # is not a stream cut short (those lack seconds, not milliseconds).
-        result.completed = result.audio_s >= (result.frames_asked - 1) * FRAME_S - 1e-6
+        result.completed = result.audio_s >= result.frames_asked * FRAME_S - 1e-6
         if not result.completed:
             result.error = f"{result.audio_s:.2f} s of audio, asked for {result.frames_asked * FRAME_S:.2f} s"
 
     def occupancy_sample(self) -> float | None:
         samples = scrape(self.metrics_url)
-        return summed(samples, "vllm:num_requests_running") if samples else None
+        return summed(samples, "vllm_omni:num_requests_running") if samples else None
 
     def window_counters(self) -> dict[str, float]:
         return {}
@@ -431,8 +432,8 @@ class VllmOmniSystem:
     @staticmethod
     def engine_summary(before: dict, after: dict, window_s: float, active: list[float]) -> dict:
         return {
-            "vllm_num_requests_running_mean": round(float(np.mean(active)), 1) if active else None,
-            "vllm_num_requests_running_max": max(active) if active else None,
+            "vllm_omni_num_requests_running_mean": round(float(np.mean(active)), 1) if active else None,
+            "vllm_omni_num_requests_running_max": max(active) if active else None,
         }
 
     def describe(self) -> dict:
@@ -440,7 +441,8 @@ class VllmOmniSystem:
             "url": self.url,
             "server_pid": self.pid,
             "request": "POST /v1/audio/speech, response_format pcm, "
-            "stream_format audio, task_type CustomVoice, max_new_tokens = frames",
+            "stream_format audio, task_type CustomVoice, max_new_tokens = frames + 1",
+            "chunking": "the server's deploy YAML: initial_codec_chunk_frames, then codec_chunk_frames",
         }
 
     async def close(self) -> None:
@@ -688,8 +690,7 @@ def main() -> int:
             "language": args.language,
             "prompts": str(PROMPTS_FILE.relative_to(ROOT)),
             "words_per_minute": WORDS_PER_MINUTE,
-            "chunking": {"sent": None, "server_default_ramp": list(DEFAULT_RAMP)},
-            "on_cpu": args.cpu,
+            "on_cpu": args.cpu if args.system == "codecstream" else None,
         },
         "rates": rows,
     }
