@@ -23,6 +23,7 @@ from codecstream.client.cli import add_entry_point_commands
 from codecstream.client.command_error import CommandError
 from codecstream.export.errors import ExportError
 from codecstream.export.exporter import (
+    CHECK_FLOOR_DB,
     DEFAULT_MAX_CHUNK_FRAMES,
     STAGES,
     ExportRequest,
@@ -73,12 +74,21 @@ def register_export_decoder(subparsers) -> None:
         help=f"largest chunk one call decodes (default {DEFAULT_MAX_CHUNK_FRAMES}); longer inputs are split",
     )
     parser.add_argument("--out", type=pathlib.Path, required=True, metavar="DIR", help="artifact directory to write")
+    parser.add_argument(
+        "--min-check-db",
+        type=float,
+        metavar="DB",
+        help="refuse the artifact when its export check (SNR against the eager decoder) is below this "
+        f"(default by dtype: {', '.join(f'{dtype} {floor:g}' for dtype, floor in CHECK_FLOOR_DB.items())})",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(handler=run_export_decoder)
 
 
 def run_export_decoder(args: argparse.Namespace) -> int:
-    request = ExportRequest(args.checkpoint, args.format, args.mode, args.dtype, args.max_chunk_frames, args.out)
+    request = ExportRequest(
+        args.checkpoint, args.format, args.mode, args.dtype, args.max_chunk_frames, args.out, args.min_check_db
+    )
     try:
         manifest = export_decoder(request, Progress(total=STAGES, enabled=not args.quiet))
     except ExportError as error:
