@@ -171,13 +171,14 @@ async def test_a_server_that_offers_no_decoder_is_a_livekit_error_event_not_a_re
 
 
 @pytest.mark.asyncio
-async def test_a_16_khz_session_gets_16_khz_audio_resampled_on_the_client(replay_server_factory, checkpoint):
+@pytest.mark.parametrize("rate", [16_000, 8_000])  # 8 kHz: what LiveKit's SIP (telephony) side encodes
+async def test_a_16_or_8_khz_session_gets_its_rate_resampled_on_the_client(replay_server_factory, checkpoint, rate):
     server = replay_server_factory(codes=random_codes(12), decoder_digest=decoder_digest(checkpoint))
-    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, sample_rate=16_000)
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, sample_rate=rate)
     frame = await asyncio.wait_for(engine.synthesize("Hello there.").collect(), 30)
     await engine.aclose()
-    assert frame.sample_rate == 16_000 and engine.sample_rate == 16_000
-    assert frame.samples_per_channel == 12 * 1280
+    assert frame.sample_rate == rate and engine.sample_rate == rate
+    assert frame.samples_per_channel == 12 * rate * 8 // 100  # 80 ms a frame
 
 
 @pytest.mark.asyncio

@@ -383,3 +383,33 @@ async def test_a_settings_update_to_a_language_the_model_does_not_speak_is_an_er
     assert audio_bytes(result.frames) == 10 * FRAME_BYTES
     errors = [f for f in (*result.frames, *result.upstream) if isinstance(f, ErrorFrame)]
     assert len(errors) == 1 and "does not speak 'ar'" in errors[0].error and not errors[0].fatal
+
+
+@pytest.mark.asyncio
+async def test_an_8_khz_telephony_pipeline_gets_audio_pipecat_s_twilio_serializer_sends_as_mu_law(
+    replay_server_factory, checkpoint
+):
+    # Issue 40: telephony. The service decodes and resamples to the pipeline's 8 kHz on the client;
+    # Pipecat's own Twilio serializer turns that PCM into 8 kHz mu-law (no other step of codecstream's).
+    import base64
+    import json
+
+    import numpy as np
+    from pipecat.audio.utils import create_stream_resampler, ulaw_to_pcm
+    from pipecat.serializers.twilio import TwilioFrameSerializer
+
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, sample_rate=8_000)
+    down = (await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)])).frames
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert audio and all(f.sample_rate == 8_000 for f in audio)
+    pcm = b"".join(f.audio for f in audio)
+    assert len(pcm) == 10 * 640 * 2  # 10 frames of 80 ms at 8 kHz, 16-bit
+    serializer = TwilioFrameSerializer(stream_sid="call", params=TwilioFrameSerializer.InputParams(auto_hang_up=False))
+    ulaw = b"".join([base64.b64decode(json.loads(await serializer.serialize(f))["media"]["payload"]) for f in audio])
+    assert len(ulaw) == len(pcm) // 2  # one mu-law byte per 8 kHz sample
+    back = await ulaw_to_pcm(ulaw, 8_000, 8_000, create_stream_resampler())
+    sent = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    heard = np.frombuffer(back, dtype=np.int16).astype(np.float64)
+    # mu-law keeps ~38 dB on speech-level signals; what it carries is this audio, not another.
+    assert 10 * np.log10(np.sum(sent**2) / np.sum((sent - heard) ** 2)) > 25
