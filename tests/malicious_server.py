@@ -63,6 +63,8 @@ class MaliciousService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.manifests = manifests
         self.data = data
         self.downloads = 0
+        #: When set, every download ends at once with this status (an artifact gone since the listing).
+        self.download_status: tuple[grpc.StatusCode, str] | None = None
 
     def GetCodecInfo(self, request, context):
         return pb.GetCodecInfoResponse(codec=qwen3_tts_12hz_spec(DIGEST), model="malicious", server_version="0")
@@ -72,6 +74,8 @@ class MaliciousService(synthesis_pb2_grpc.SynthesisServiceServicer):
 
     def DownloadDecoderArtifact(self, request, context):
         self.downloads += 1
+        if self.download_status is not None:
+            context.abort(*self.download_status)
         for start in range(request.offset, len(self.data), _PART):
             yield pb.DownloadDecoderArtifactResponse(offset=start, data=self.data[start : start + _PART])
 

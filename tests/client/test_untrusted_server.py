@@ -12,8 +12,10 @@ import pathlib
 import pickle
 import zipfile
 
+import grpc
 import pytest
 from codecstream.client import Client
+from codecstream.client.errors import CodecStreamError, ResumeFailed
 from codecstream.client.runtimes import DecoderLoadError
 
 from tests.malicious_server import manifest_json
@@ -63,6 +65,17 @@ def test_a_server_that_sends_more_than_its_manifest_lists_is_cut_off_at_that_siz
     with pytest.raises(DecoderLoadError, match=r"sent more than the 42 bytes its manifest lists"):
         open_auto(server.target)
     assert all(path.stat().st_size <= 42 for path in files_under(cache))
+
+
+def test_an_artifact_gone_between_listing_and_download_is_a_server_error_not_a_lost_stream(malicious_server, cache):
+    # Issue 39: every NOT_FOUND became StreamNotFound ("start a new stream"), a resume error, here too.
+    data = b"x" * 10
+    server = malicious_server([manifest_json("onnx", "decoder.onnx", data)], data)
+    server.service.download_status = (grpc.StatusCode.NOT_FOUND, "no decoder artifact with that sha256")
+    with pytest.raises(CodecStreamError, match="NOT_FOUND: no decoder artifact with that sha256") as raised:
+        open_auto(server.target)
+    assert not isinstance(raised.value, ResumeFailed)
+    assert "decoder.onnx" not in {path.name for path in files_under(cache)}
 
 
 def test_an_artifact_larger_than_a_client_takes_is_refused_before_any_byte(malicious_server, cache):

@@ -239,7 +239,7 @@ class AsyncCodeStream:
             except grpc.RpcError as error:
                 error = await self._server_status(error)
                 if error.code() not in _CONNECTION_LOST:
-                    raise from_rpc_error(error) from None  # NOT_FOUND, OUT_OF_RANGE, UNAUTHENTICATED, ...
+                    raise from_rpc_error(error, resuming=True) from None  # NOT_FOUND, OUT_OF_RANGE, ...
                 last = error
             if time.monotonic() + delay > give_up_at:
                 raise Unavailable(

@@ -84,16 +84,22 @@ _BY_CODE = {
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-    grpc.StatusCode.NOT_FOUND: StreamNotFound,
-    grpc.StatusCode.OUT_OF_RANGE: ResumeOutOfRange,
 }
 
 
-def from_rpc_error(error: grpc.RpcError) -> CodecStreamError:
+#: What NOT_FOUND and OUT_OF_RANGE mean on a Resume call; on any other call they are plain ServerErrors
+#: (a decoder artifact gone since its listing is not a lost stream to start again).
+_ON_RESUME = {grpc.StatusCode.NOT_FOUND: StreamNotFound, grpc.StatusCode.OUT_OF_RANGE: ResumeOutOfRange}
+
+
+def from_rpc_error(error: grpc.RpcError, *, resuming: bool = False) -> CodecStreamError:
+    """The client's exception for a failed call; `resuming`: the call was a Resume."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else str(error)) or ""
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return CodecMismatch(f"{code.name}: {details}", code)
+    if resuming and code in _ON_RESUME:
+        return _ON_RESUME[code](code, details)
     return _BY_CODE.get(code, ServerError)(code, details)
 
 
