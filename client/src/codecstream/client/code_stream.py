@@ -16,7 +16,7 @@ import time
 
 import grpc
 import numpy as np
-from codecstream.client.errors import StreamEnded, Unavailable, from_rpc_error
+from codecstream.client.errors import CONNECTION_LOST, StreamEnded, Unavailable, from_rpc_error
 from codecstream.protocol.metadata import REPLICA_HEADER
 from codecstream.protocol.reassembler import ReceivedChunk, StreamReassembler
 from codecstream.v1 import synthesis_pb2 as pb
@@ -24,8 +24,6 @@ from codecstream.v1 import synthesis_pb2 as pb
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
-#: Statuses that mean "the connection broke", after which a resumable stream reattaches.
-_CONNECTION_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 #: What grpc.aio reports when the client writes a message after the server has closed the call
 #: (grpc/grpc#36066): a stand-in the server's own status replaces a moment later.
@@ -215,7 +213,7 @@ class AsyncCodeStream:
         as the server keeps the stream. Returns once the new call's Header is in; raises the typed
         error of the real cause otherwise."""
         window_s = self.resume_window_s
-        if window_s <= 0 or self.header is None or self.end is not None or lost.code() not in _CONNECTION_LOST:
+        if window_s <= 0 or self.header is None or self.end is not None or lost.code() not in CONNECTION_LOST:
             raise from_rpc_error(lost) from None
         self.resumes += 1
         give_up_at = time.monotonic() + window_s
@@ -238,7 +236,7 @@ class AsyncCodeStream:
                 ) from None
             except grpc.RpcError as error:
                 error = await self._server_status(error)
-                if error.code() not in _CONNECTION_LOST:
+                if error.code() not in CONNECTION_LOST:
                     raise from_rpc_error(error, resuming=True) from None  # NOT_FOUND, OUT_OF_RANGE, ...
                 last = error
             if time.monotonic() + delay > give_up_at:

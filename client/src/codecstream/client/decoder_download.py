@@ -29,7 +29,7 @@ import pathlib
 
 import grpc
 from codecstream.client.cache import cache_root, digest_folder_name
-from codecstream.client.errors import from_rpc_error
+from codecstream.client.errors import CONNECTION_LOST, from_rpc_error
 from codecstream.client.runtimes import runnable_formats
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.errors import ManifestError
@@ -49,8 +49,6 @@ NETWORK_FORMATS = ("onnx", "pte")
 MAX_ARTIFACT_BYTES = 2 << 30
 #: Longest wait for the next part of a download: a server that stops sending fails the download.
 PART_TIMEOUT_S = 60.0
-#: Statuses after which a download is retried from where it stopped.
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 DOWNLOAD_ATTEMPTS = 5
 _FIRST_RETRY_S = 0.2
 
@@ -182,7 +180,7 @@ async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, 
                 await _receive(stub, metadata, sha256, offset, size, partial, target)
             break
         except grpc.RpcError as error:
-            if error.code() not in _RETRYABLE or attempt == DOWNLOAD_ATTEMPTS:
+            if error.code() not in CONNECTION_LOST or attempt == DOWNLOAD_ATTEMPTS:
                 raise from_rpc_error(error) from None
             log.info("decoder download from %s broke at attempt %d (%s); resuming", target, attempt, error.code().name)
             await asyncio.sleep(delay)

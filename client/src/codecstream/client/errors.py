@@ -87,6 +87,10 @@ _BY_CODE = {
 }
 
 
+#: Statuses that mean the connection broke rather than that the server refused: a resumable stream
+#: reattaches after one, a decoder download resumes from the bytes it has.
+CONNECTION_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
 #: What NOT_FOUND and OUT_OF_RANGE mean on a Resume call; on any other call they are plain ServerErrors
 #: (a decoder artifact gone since its listing is not a lost stream to start again).
 _ON_RESUME = {grpc.StatusCode.NOT_FOUND: StreamNotFound, grpc.StatusCode.OUT_OF_RANGE: ResumeOutOfRange}
