@@ -198,3 +198,16 @@ def test_a_refusal_reaches_the_caller_as_itself_though_text_was_written_after_th
         error = asyncio.run(refused_once())
         assert isinstance(error, client_errors.InvalidRequest), error
         assert "unknown voice 'nobody'" in str(error)
+
+
+def test_a_streamed_text_asked_to_be_resumable_is_refused_not_silently_made_otherwise(
+    replay_server_factory, checkpoint
+):
+    # Issue 39: stream_text overwrote a caller's resumable=True with False, without a word.
+    server = replay_server_factory(codes=random_codes(6), decoder_digest=decoder_digest(checkpoint))
+    with Client(server.target) as client:
+        with pytest.raises(ValueError, match="stream_text cannot be resumable: text sent while disconnected"):
+            client.stream_text("Hello", decoder=checkpoint, resumable=True)
+        with client.stream_text("Hello", decoder=checkpoint, resumable=False) as stream:
+            stream.end_input()
+            assert sum(chunk.num_frames for chunk in stream) > 0

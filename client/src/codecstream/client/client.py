@@ -160,7 +160,9 @@ class AsyncClient:
         """Speech for text that arrives in pieces: `text` is the first piece (may be empty), then
         push_text / flush / end_input on the result; iterate it for PcmChunks with their text
         spans. Options as for synthesize (CustomVoice and VoiceDesign; never resumable)."""
-        options["resumable"] = False  # text sent while disconnected would be lost
+        if options.get("resumable"):
+            raise ValueError("stream_text cannot be resumable: text sent while disconnected would be lost")
+        options["resumable"] = False
         start = build_start(text, **options)
         start.streaming_text = True
         codes = AsyncCodeStream(
