@@ -277,7 +277,10 @@ def _export_check(request: ExportRequest, model, artifact_file: pathlib.Path, ma
         return None
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".check-", dir=request.out_dir))
     try:
-        os.link(artifact_file, staging / ARTIFACT_FILES[request.format])  # no copy of hundreds of MB
+        try:
+            os.link(artifact_file, staging / ARTIFACT_FILES[request.format])  # no copy of hundreds of MB
+        except OSError:  # a file system without hard links
+            shutil.copyfile(artifact_file, staging / ARTIFACT_FILES[request.format])
         write_manifest(staging, manifest)
         return _compare_with_eager(request, model, staging)
     finally:

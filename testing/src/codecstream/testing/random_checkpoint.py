@@ -103,6 +103,21 @@ class Preset:
     mean_frames: float
 
 
+def _release_speaker_encoder(enc_dim: int) -> dict:
+    """The released checkpoints' speaker encoder (ECAPA-TDNN); its x-vector is as wide as the talker."""
+    return {
+        "mel_dim": 128,
+        "enc_dim": enc_dim,
+        "enc_channels": [512, 512, 512, 512, 1536],
+        "enc_kernel_sizes": [5, 3, 3, 3, 1],
+        "enc_dilations": [1, 2, 3, 4, 1],
+        "enc_attention_channels": 128,
+        "enc_res2net_scale": 8,
+        "enc_se_channels": 128,
+        "sample_rate": 24000,
+    }
+
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         talker=TransformerShape(128, 2, 2, 1, 64, 256),
@@ -129,39 +144,19 @@ PRESETS: dict[str, Preset] = {
         code_predictor=TransformerShape(1024, 5, 16, 8, 128, 3072),
         text_hidden_size=2048,
         mrope_section=(24, 20, 20),
-        speaker_encoder={
-            "mel_dim": 128,
-            "enc_dim": 1024,
-            "enc_channels": [512, 512, 512, 512, 1536],
-            "enc_kernel_sizes": [5, 3, 3, 3, 1],
-            "enc_dilations": [1, 2, 3, 4, 1],
-            "enc_attention_channels": 128,
-            "enc_res2net_scale": 8,
-            "enc_se_channels": 128,
-            "sample_rate": 24000,
-        },
+        speaker_encoder=_release_speaker_encoder(enc_dim=1024),
         decoder_preset="real",
         tts_model_size="0b6",
         mean_frames=100.0,
     ),
     # Qwen3-TTS-12Hz-1.7B: a talker twice as wide (its code predictor stays 1024 wide, fed through
-    # small_to_mtp_projection); the speaker encoder's x-vector is as wide as the talker.
+    # small_to_mtp_projection).
     "1.7b": Preset(
         talker=TransformerShape(2048, 28, 16, 8, 128, 6144),
         code_predictor=TransformerShape(1024, 5, 16, 8, 128, 3072),
         text_hidden_size=2048,
         mrope_section=(24, 20, 20),
-        speaker_encoder={
-            "mel_dim": 128,
-            "enc_dim": 2048,
-            "enc_channels": [512, 512, 512, 512, 1536],
-            "enc_kernel_sizes": [5, 3, 3, 3, 1],
-            "enc_dilations": [1, 2, 3, 4, 1],
-            "enc_attention_channels": 128,
-            "enc_res2net_scale": 8,
-            "enc_se_channels": 128,
-            "sample_rate": 24000,
-        },
+        speaker_encoder=_release_speaker_encoder(enc_dim=2048),
         decoder_preset="real",
         tts_model_size="1b7",
         mean_frames=100.0,
