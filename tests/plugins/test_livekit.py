@@ -7,6 +7,7 @@ LiveKit's conventions."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 pytest.importorskip("livekit.agents", reason="the livekit extra: pip install './client[livekit]'")
 
 from codecstream.client.plugins.livekit import CodecstreamTTS
+from codecstream.client.plugins.speech import OPTION_NAMES
 from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
 from codecstream.server.replay import ReplaySource
@@ -148,6 +150,14 @@ async def test_a_decoder_for_other_codes_fails_once_with_an_error_event_not_four
     await engine.aclose()
     assert sample(server, "codecstream_calls_total") == 1
     assert len(errors) == 1 and not errors[0].recoverable
+
+
+def test_every_codecstream_option_is_a_constructor_argument_that_reaches_the_stream_and_can_be_updated():
+    arguments = dict(voice="ryan", language="en", instructions="calm", seed=0, temperature=0.7, top_p=0.9, top_k=50)
+    assert set(arguments) == set(OPTION_NAMES)
+    engine = CodecstreamTTS(server="127.0.0.1:1", **arguments)
+    assert engine._opts.start_options() == {**arguments, "language": "English"}
+    assert set(OPTION_NAMES) <= set(inspect.signature(engine.update_options).parameters)
 
 
 def test_a_decoder_that_is_not_there_fails_at_construction(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[pipecat]'")
 
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
+from codecstream.client.plugins.speech import OPTION_NAMES
 from codecstream.protocol import decoder_digest
 from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
 from pipecat.frames.frames import (
@@ -302,6 +303,15 @@ def test_unknown_or_foreign_constructor_arguments_are_refused_loudly():
         CodecstreamTTSService(server="127.0.0.1:1", voice_name="ryan")
     with pytest.raises(ValueError, match="sample_rate must be a positive number of Hz"):
         CodecstreamTTSService(server="127.0.0.1:1", sample_rate=-1)
+
+
+def test_every_codecstream_option_is_a_pipecat_setting_that_reaches_the_stream():
+    settings = dict(instructions="calm", seed=0, temperature=0.7, top_p=0.9, top_k=50)
+    tts = CodecstreamTTSService(
+        server="127.0.0.1:1", voice_id="ryan", language=Language.EN, settings=CodecstreamTTSService.Settings(**settings)
+    )
+    assert set(tts._request()) == set(OPTION_NAMES)
+    assert tts._request() == {"voice": "ryan", "language": "English", **settings}
 
 
 @pytest.mark.asyncio

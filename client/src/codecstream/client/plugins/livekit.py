@@ -24,11 +24,9 @@ import asyncio
 import dataclasses
 import logging
 import pathlib
-import time
 import uuid
 from collections.abc import Awaitable
 
-import numpy as np
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
 from codecstream.client.errors import (
@@ -38,13 +36,12 @@ from codecstream.client.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from codecstream.client.languages import model_language
-from codecstream.client.playout import PlayoutClock
+from codecstream.client.plugins.speech import Speech, SpeechOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
 from codecstream.client.synthesis import AsyncAudioStream
 from codecstream.protocol.decoding import SAMPLE_RATE_HZ, FrameDecoder
-from codecstream.protocol.pcm import to_pcm16
+from codecstream.protocol.text_timing import WordTiming
 from codecstream.v1 import synthesis_pb2 as pb
 from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, APITimeoutError, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
@@ -52,22 +49,6 @@ from livekit.agents.utils import is_given
 
 log = logging.getLogger(__name__)
 MIME_TYPE = "audio/pcm"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Options:
-    """What every stream is started with (synthesis.proto Start); `update_options` replaces it."""
-
-    voice: str = ""
-    language: str = ""
-    instructions: str = ""
-    seed: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-
-    def start_options(self) -> dict:
-        return {name: value for name, value in dataclasses.asdict(self).items() if value not in (None, "")}
 
 
 class CodecstreamTTS(tts.TTS):
@@ -102,7 +83,8 @@ class CodecstreamTTS(tts.TTS):
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
         self._backend = backend
-        self._opts = _Options(voice, model_language(language), instructions, seed, temperature, top_p, top_k)
+        #: What every stream is started with; `update_options` replaces it.
+        self._opts = SpeechOptions(voice, language, instructions, seed, temperature, top_p, top_k)
         self._client: AsyncClient | None = None
         self._decoder = None
         self._decoder_loading: asyncio.Task | None = None
@@ -137,8 +119,6 @@ class CodecstreamTTS(tts.TTS):
             top_p=top_p,
             top_k=top_k,
         )
-        if is_given(language):
-            given["language"] = model_language(language)
         self._opts = dataclasses.replace(self._opts, **{k: v for k, v in given.items() if is_given(v)})
 
     async def list_voices(self) -> list[pb.Voice]:
@@ -251,47 +231,36 @@ class _Output:
     """One stream's audio and words on their way to LiveKit."""
 
     def __init__(self, stream: AsyncAudioStream, emitter: tts.AudioEmitter, sample_rate: int) -> None:
-        self.stream = stream
-        self.playout = PlayoutClock()
+        self.speech = Speech(stream, sample_rate)
         #: Set at the first audio handed to LiveKit.
         self.first_audio = asyncio.Event()
         self._emitter = emitter
-        self._resampler = StreamResampler(sample_rate)
 
     async def run(self) -> None:
-        async for chunk in self.stream:
-            self.first_audio.set()
-            self._push_words()
-            self.playout.handed(time.monotonic(), chunk.num_frames)
-            self._emitter.push(to_pcm16(self._resampler(chunk.samples)).tobytes())
-        self._push_words()
-        tail = self._resampler(np.zeros(0, dtype=np.float32), last=True)
-        if len(tail):
-            self._emitter.push(to_pcm16(tail).tobytes())
-
-    def _push_words(self) -> None:
-        words = self.stream.new_word_timings()
-        if words:
-            text = self.stream.text
-            self._emitter.push_timed_transcript(
-                [
-                    # The word and the white space after it, as the text has them.
-                    TimedString(text[w.text_start : w.text_end] + _space_after(text, w.text_end), w.start_s, w.end_s)
-                    for w in words
-                ]
-            )
+        stream = self.speech.stream
+        async for handout in self.speech:
+            if handout.first:
+                self.first_audio.set()
+            if handout.words:
+                # LiveKit joins the strings: each word with the white space after it, as the text has them.
+                self._emitter.push_timed_transcript(
+                    [TimedString(_with_space_after(stream.text, w), w.start_s, w.end_s) for w in handout.words]
+                )
+            if handout.audio:
+                self._emitter.push(handout.audio)
 
     async def stop(self) -> None:
         """Cancel the stream on the server unless it ended, reporting the frames played so far."""
-        if self.stream.end is None:
-            await asyncio.shield(self.stream.cancel(self.playout.played_frames(time.monotonic())))
+        stream = self.speech.stream
+        if stream.end is None:
+            await asyncio.shield(stream.cancel(self.speech.played_frames()))
 
 
-def _space_after(text: str, offset: int) -> str:
-    end = offset
+def _with_space_after(text: str, word: WordTiming) -> str:
+    end = word.text_end
     while end < len(text) and text[end].isspace():
         end += 1
-    return text[offset:end]
+    return text[word.text_start : end]
 
 
 class ChunkedStream(tts.ChunkedStream):
@@ -315,7 +284,7 @@ class ChunkedStream(tts.ChunkedStream):
             await _within_timeout(output.run(), output, text_given, self._conn_options)
         except CodecStreamError as error:
             api_error = _api_error(error)
-            if output.playout.handed_frames:
+            if output.speech.playout.handed_frames:
                 api_error.retryable = False  # LiveKit would replay the whole text after audio went out
             raise api_error from None
         finally:

@@ -32,20 +32,18 @@ import contextlib
 import dataclasses
 import inspect
 import pathlib
-import time
 from collections.abc import AsyncGenerator
-from typing import Any
 
-import numpy as np
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
 from codecstream.client.errors import CodecStreamError
 from codecstream.client.languages import model_language
-from codecstream.client.playout import PlayoutClock
+from codecstream.client.plugins.speech import OPTION_NAMES, Speech, start_options
+from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FrameDecoder
-from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
+from codecstream.protocol.pcm import FRAME_SECONDS
 from loguru import logger
 from pipecat.frames.frames import (
     AggregatedTextProgressFrame,
@@ -95,12 +93,14 @@ def _service_parameters() -> set[str]:
 
 @dataclasses.dataclass
 class _Turn:
-    """One bot turn's stream, and what its audio has done so far."""
+    """One bot turn's speech, and the task that hands it to Pipecat."""
 
-    stream: AsyncTextStream
-    resampler: StreamResampler
-    playout: PlayoutClock = dataclasses.field(default_factory=PlayoutClock)
+    speech: Speech[AsyncTextStream]
     reader: asyncio.Task | None = None
+
+    @property
+    def stream(self) -> AsyncTextStream:
+        return self.speech.stream
 
 
 class CodecstreamTTSService(TTSService):
@@ -128,16 +128,9 @@ class CodecstreamTTSService(TTSService):
         if unknown:
             hint = " (codecstream speaks with the model its server loaded)" if "model" in unknown else ""
             raise TypeError(f"CodecstreamTTSService got unexpected keyword arguments {unknown}{hint}")
-        defaults = CodecstreamTTSSettings(
-            model=None,
-            voice=voice_id,
-            language=language,
-            instructions=None,
-            seed=None,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-        )
+        # Pipecat's store holds every setting; None: not set, the server's default.
+        defaults = CodecstreamTTSSettings(model=None, **dict.fromkeys(OPTION_NAMES, None))
+        defaults.voice, defaults.language = voice_id, language
         if settings is not None:
             defaults.apply_update(settings)
         super().__init__(
@@ -220,19 +213,9 @@ class CodecstreamTTSService(TTSService):
             if client is not self._client:
                 await client.close()
 
-    def _request(self) -> dict[str, Any]:
+    def _request(self) -> StartOptions:
         """Start options from the settings as they are now (TTSUpdateSettingsFrame applies per turn)."""
-        settings = self._settings
-        options = {
-            "voice": settings.voice,
-            "language": settings.language,
-            "instructions": settings.instructions,
-            "seed": settings.seed,
-            "temperature": settings.temperature,
-            "top_p": settings.top_p,
-            "top_k": settings.top_k,
-        }
-        return {name: value for name, value in options.items() if value is not None and value is not NOT_GIVEN}
+        return start_options(self._settings.given_fields())
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the turn's stream (opened on its first text); audio arrives through the
@@ -270,7 +253,7 @@ class CodecstreamTTSService(TTSService):
         await self.start_ttfb_metrics()
         stream = self._client.stream_text(decoder=self._decoder, **self._request())
         await stream.open()
-        turn = _Turn(stream, StreamResampler(self.sample_rate))
+        turn = _Turn(Speech(stream, self.sample_rate))
         self._turns[context_id] = turn
         turn.reader = self.create_task(self._read(context_id, turn), f"codecstream-{context_id}")
         return turn
@@ -302,16 +285,20 @@ class CodecstreamTTSService(TTSService):
         await super().on_audio_context_completed(context_id)
 
     async def _read(self, context_id: str, turn: _Turn) -> None:
-        stream = turn.stream
+        playout = turn.speech.playout
         try:
-            async for chunk in stream:
-                if turn.playout.handed_frames == 0:
+            async for handout in turn.speech:
+                if handout.first:
                     await self.stop_ttfb_metrics()
-                turn.playout.handed(time.monotonic(), chunk.num_frames)
-                await self._send_words(context_id, turn)
-                await self._send_audio(context_id, turn.resampler(chunk.samples))
-            await self._send_words(context_id, turn)
-            await self._send_audio(context_id, turn.resampler(np.zeros(0, dtype=np.float32), last=True))
+                if handout.words:
+                    # Pipecat times words from the turn's first audio; the waits for late audio are added.
+                    words = [(w.word, playout.playout_s(w.start_s)) for w in handout.words]
+                    await self.add_word_timestamps(words, context_id)
+                if handout.audio:
+                    frame = TTSAudioRawFrame(
+                        audio=handout.audio, sample_rate=self.sample_rate, num_channels=1, context_id=context_id
+                    )
+                    await self.append_to_audio_context(context_id, frame)
         except CodecStreamError as error:
             await self.push_error(error_msg=f"codecstream: {error}")
         finally:
@@ -324,18 +311,6 @@ class CodecstreamTTSService(TTSService):
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
 
-    async def _send_words(self, context_id: str, turn: _Turn) -> None:
-        words = turn.stream.new_word_timings()
-        if words:
-            await self.add_word_timestamps([(w.word, turn.playout.playout_s(w.start_s)) for w in words], context_id)
-
-    async def _send_audio(self, context_id: str, samples) -> None:
-        if len(samples):
-            frame = TTSAudioRawFrame(
-                audio=to_pcm16(samples).tobytes(), sample_rate=self.sample_rate, num_channels=1, context_id=context_id
-            )
-            await self.append_to_audio_context(context_id, frame)
-
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Barge-in: stop the server's stream now, reporting the frames played so far."""
         await self.stop_all_metrics()
@@ -347,7 +322,7 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.pop(context_id, None)
         if turn is None:
             return
-        played = turn.playout.played_frames(time.monotonic())
+        played = turn.speech.played_frames()
         if turn.reader is not None:
             turn.reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, CodecStreamError):
