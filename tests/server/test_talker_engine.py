@@ -165,3 +165,33 @@ def test_the_source_describes_the_checkpoint_it_serves(talker_engine):
     assert source.offering.task_types == (TaskType.CUSTOM_VOICE,)
     assert "ryan" in [voice.name for voice in source.offering.voices]
     assert source.offering.languages[0] == "Auto" and "English" in source.offering.languages
+
+
+def test_the_worker_records_a_profile_of_the_steps_it_runs_while_a_stream_decodes(talker_engine, tmp_path):
+    """benchmarks/gpu_step_profile.py reads where a step's time goes from this trace."""
+    import json
+
+    trace = tmp_path / "trace.json"
+
+    async def profile_while_decoding() -> int:
+        generation = await talker_engine.source.open(request(seed=1, max_frames=400), "profiled")
+        frames = 0
+
+        async def read() -> None:
+            nonlocal frames
+            async for event in generation:
+                frames += isinstance(event, Frames)
+
+        reading = asyncio.create_task(read())
+        try:
+            await talker_engine.source.profile_steps(1.0, trace)
+        finally:
+            reading.cancel()
+            await generation.abort()
+        return frames
+
+    assert talker_engine.run(profile_while_decoding()) > 0
+    names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+    # the decode step's own ops, recorded inside the worker (the engine core's process)
+    assert {"aten::linear", "aten::embedding"} <= names
+    assert talker_engine.wait_for_no_live_requests() == 0

@@ -377,7 +377,7 @@ class VllmTalkerSource(CodeSource):
         information, prompt_rows = self._growing_prompt(request, text_ids)
         max_frames = self._frames_room(request, prompt_rows)
         prompt = {"prompt_token_ids": [1] * prompt_rows, "additional_information": information}
-        await self._text_rpc("codecstream_text_open", stream_id, len(text_ids), final)
+        await self._worker_rpc("codecstream_text_open", stream_id, len(text_ids), final)
         try:
             return await self._start(engine, request, prompt, stream_id, prompt_rows, max_frames)
         except BaseException:
@@ -387,22 +387,32 @@ class VllmTalkerSource(CodeSource):
 
     async def feed_growing(self, stream_id: str, text_ids: list[int], final: bool) -> None:
         """More text ids for a growing request (and whether the input is complete)."""
-        await self._text_rpc("codecstream_text_feed", stream_id, text_ids, final)
+        await self._worker_rpc("codecstream_text_feed", stream_id, text_ids, final)
 
     async def close_growing(self, stream_id: str) -> dict[str, int] | None:
         """Forget a growing request's text; the engine's counts for it (steps taken, schedules held)."""
         if self._engine is None:
             return None
         with contextlib.suppress(Exception):
-            counts = [item for item in _flatten(await self._text_rpc("codecstream_text_close", stream_id)) if item]
+            counts = [item for item in _flatten(await self._worker_rpc("codecstream_text_close", stream_id)) if item]
             return counts[0] if counts else None
         return None
 
     async def growing_requests_opened(self) -> int:
         """Growing requests the engine opened since it started (counted by the engine)."""
-        return sum(_flatten_ints(await self._text_rpc("codecstream_text_requests_opened")))
+        return sum(_flatten_ints(await self._worker_rpc("codecstream_text_requests_opened")))
 
-    async def _text_rpc(self, method: str, *args: Any) -> Any:
+    async def profile_steps(self, seconds: float, trace_path: Path) -> None:
+        """Record the talker worker's CPU ops and GPU kernels for `seconds` of whatever it is running
+        and write them as a Chrome trace to `trace_path` (the worker runs on this host)."""
+        await self._worker_rpc("codecstream_profile_start")
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await self._worker_rpc("codecstream_profile_stop", str(trace_path))
+
+    async def _worker_rpc(self, method: str, *args: Any) -> Any:
+        """Call an `EngineIntrospection` method in the talker stage's worker processes."""
         engine = self._running_engine()
         return await engine.collective_rpc(method, args=args, stage_ids=[_TALKER_STAGE])
 

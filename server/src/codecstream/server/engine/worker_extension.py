@@ -32,3 +32,26 @@ class EngineIntrospection:
     def codecstream_text_requests_opened(self) -> int:
         """Growing requests opened since the engine started (counted by the engine)."""
         return TEXT_FEEDS.opened
+
+    def codecstream_profile_start(self) -> None:
+        """Record this worker process's CPU ops and, on CUDA, its GPU kernels until
+        `codecstream_profile_stop` (benchmarks/gpu_step_profile.py: where a decode step's time goes).
+        Called between steps, as every collective RPC is."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        if getattr(self, "_codecstream_profiler", None) is not None:
+            raise RuntimeError("a profile is already being recorded")
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._codecstream_profiler = profile(activities=activities)
+        self._codecstream_profiler.start()
+
+    def codecstream_profile_stop(self, trace_path: str) -> None:
+        """End the recording and write it as a Chrome trace (JSON) to `trace_path` on this host."""
+        profiler, self._codecstream_profiler = getattr(self, "_codecstream_profiler", None), None
+        if profiler is None:
+            raise RuntimeError("no profile is being recorded")
+        profiler.stop()
+        profiler.export_chrome_trace(trace_path)
