@@ -18,8 +18,9 @@ PIPELINE_NAME = "qwen3_tts_talker_only"
 # vLLM-Omni's model registry by name so that loading this module does not import model code.
 TALKER_ARCH = "CodecstreamQwen3TTSTalker"
 TALKER_CLASS_PATH = "codecstream.server.engine.talker_model:CodecStreamingQwen3TTSTalker"
-#: Holds growing requests whose next text row has not arrived (text_feed.py).
-SCHEDULER_CLASS_PATH = "codecstream.server.engine.scheduler.TextPacedScheduler"
+#: Holds growing requests whose next text row has not arrived (text_feed.py); synchronous or
+#: asynchronous as the stage's `async_scheduling` says (scheduler.py).
+SCHEDULER_CLASS_PATH = "codecstream.server.engine.scheduler.scheduler_for"
 
 TALKER_ONLY_PIPELINE = PipelineConfig(
     model_type=PIPELINE_NAME,

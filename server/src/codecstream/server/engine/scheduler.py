@@ -1,6 +1,12 @@
 """The talker stage's scheduler: vLLM-Omni's AR scheduler, holding back growing requests whose
 next text row has not arrived (text_feed.py says why and how), and queueing a stream's next
-segment ahead of streams that arrived after it."""
+segment ahead of streams that arrived after it.
+
+Two variants of one behaviour: on vLLM-Omni's synchronous AR scheduler, and on its asynchronous
+one, which schedules step N+1 while step N runs on the GPU (the deploy YAML's `async_scheduling`
+picks; `scheduler_for` is what the pipeline names). With a step in flight, a request has
+sampled one token more than it shows (vLLM's output placeholder), and its next step reads the
+text row after that one."""
 
 from __future__ import annotations
 
@@ -9,10 +15,12 @@ from typing import Any
 
 from codecstream.server.engine.text_feed import TEXT_FEEDS
 from codecstream.server.request_ids import continues_a_stream
-from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
+from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
 
-class TextPacedScheduler(OmniARScheduler):
+class _TextPacing:
+    """The holding and the queueing, above either of vLLM-Omni's AR schedulers."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         TEXT_FEEDS.scheduler_attached = True
@@ -78,4 +86,25 @@ class TextPacedScheduler(OmniARScheduler):
 
     @staticmethod
     def _has_text(request: Any) -> bool:
-        return TEXT_FEEDS.ready(request.request_id, request.num_output_tokens)
+        # Tokens sampled by the time this step runs: those returned, and the one a step still in
+        # flight will return (always 0 on the synchronous scheduler).
+        sampled = request.num_output_tokens + request.num_output_placeholders
+        return TEXT_FEEDS.ready(request.request_id, sampled)
+
+
+class TextPacedScheduler(_TextPacing, OmniARScheduler):
+    pass
+
+
+class TextPacedAsyncScheduler(_TextPacing, OmniARAsyncScheduler):
+    pass
+
+
+def scheduler_class(async_scheduling: bool) -> type:
+    return TextPacedAsyncScheduler if async_scheduling else TextPacedScheduler
+
+
+def scheduler_for(*, vllm_config: Any, **kwargs: Any) -> Any:
+    """The talker stage's scheduler, as vLLM's engine core constructs one (the pipeline names this
+    callable in place of a class: which variant is known only from the stage's own config)."""
+    return scheduler_class(vllm_config.scheduler_config.async_scheduling)(vllm_config=vllm_config, **kwargs)
