@@ -41,6 +41,20 @@ def test_a_seeded_row_s_noise_depends_on_its_seed_and_frame_only():
     assert bool(((in_a_batch > 0) & (in_a_batch < 1)).all())
 
 
+def test_unseeded_rows_get_fresh_noise_of_their_own_every_step():
+    noise = CodePredictorNoise(rows=4, steps=15, vocabulary=64, device="cpu")
+    noise.start_step()
+    noise.fill([info(None, 0), info(5, 0), info(None, 0)])
+    first = noise.rows(3).clone()
+    noise.start_step()
+    noise.fill([info(None, 1), info(5, 0), info(None, 1)])
+    second = noise.rows(3)
+    assert not torch.equal(first[0], first[2])  # two unseeded rows of one step
+    assert not torch.equal(first[0], second[0]) and not torch.equal(first[2], second[2])
+    assert torch.equal(first[1], second[1])  # the seeded row, same seed and frame
+    assert bool(((second > 0) & (second < 1)).all())
+
+
 def test_each_step_fills_from_the_first_row_and_a_step_cannot_overflow_the_buffer():
     noise = CodePredictorNoise(rows=2, steps=15, vocabulary=8, device="cpu")
     noise.start_step()
