@@ -13,7 +13,8 @@ EngineIntrospection.codecstream_profile_start/stop) and ends the streams. From e
 - each model-runner scope's milliseconds per step (preprocess, forward, postprocess, sample,
   bookkeep, the Omni output builder) and the host time outside them (the scheduler, the engine
   core's output handling);
-- CUDA runtime calls per step (kernel and graph launches, synchronizations and their waits).
+- CUDA runtime calls per step (kernel and graph launches, synchronizations and their waits), and
+  which scope issues them; the CPU ops with the most time per step.
 
 The floor: what one step must read from HBM, the talker's weights once (its embeddings read only
 a row per stream), the code predictor's 15 times (one pass per residual codebook), and each
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import itertools
 import json
 import pathlib
@@ -168,6 +170,7 @@ def summarize_trace(trace: dict) -> dict:
             }
     runner_ms = per_step_ms(runner)
     gpu_busy_ms = per_step_ms(gpu) if gpu else None
+    in_window = [e for e in spans if begin <= e["ts"] < end]
     return {
         "steps": count,
         "step_ms": round(step_ms, 3),
@@ -179,7 +182,40 @@ def summarize_trace(trace: dict) -> dict:
         "outside_model_runner_ms": round(step_ms - runner_ms, 3),
         "scopes_ms": {name: round(per_step_ms(events), 3) for name, events in sorted(scopes.items())},
         "cuda_runtime": runtime,
+        # Which scope issues the host's CUDA calls, and the CPU ops that take its time.
+        "cuda_runtime_by_scope": runtime_by_scope(in_window, count),
+        "top_cpu_ops_ms": top_cpu_ops(in_window, count),
     }
+
+
+def runtime_by_scope(events: list[dict], steps: int) -> dict[str, dict[str, float]]:
+    """CUDA runtime calls per step, by the innermost model-runner scope around each (on its thread);
+    "(outside)" for calls outside every scope."""
+    scopes = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(RUNNER_SCOPE_PREFIXES)),
+        key=lambda e: e["ts"],
+    )
+    starts = [e["ts"] for e in scopes]
+    counts: dict[str, dict[str, int]] = {}
+    for call in (e for e in events if e.get("name") in RUNTIME_CALLS):
+        owner = "(outside)"
+        for scope in reversed(scopes[: bisect.bisect_right(starts, call["ts"])]):
+            if scope.get("tid") == call.get("tid") and scope["ts"] + scope["dur"] >= call["ts"] + call["dur"]:
+                owner = scope["name"]  # the latest-starting scope that holds it: the innermost
+                break
+        per_scope = counts.setdefault(owner, {})
+        per_scope[call["name"]] = per_scope.get(call["name"], 0) + 1
+    return {scope: {call: round(n / steps, 1) for call, n in sorted(calls.items())} for scope, calls in counts.items()}
+
+
+def top_cpu_ops(events: list[dict], steps: int, keep: int = 15) -> dict[str, float]:
+    """The CPU ops with the most time per step (an op's time includes the ops it calls)."""
+    totals: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            totals[e["name"]] = totals.get(e["name"], 0.0) + e["dur"]
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:keep]
+    return {name: round(us / 1e3 / steps, 3) for name, us in ranked}
 
 
 # -- the run -------------------------------------------------------------------------------
