@@ -18,8 +18,7 @@ import threading
 
 import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
-from codecstream.protocol.decoding import SAMPLE_RATE_HZ
-from codecstream.protocol.pcm import FRAME_SECONDS
+from codecstream.protocol.decoding import FRAME_SECONDS, SAMPLE_RATE_HZ
 
 #: Added to the measured need: scheduling noise of the audio callback and the decode thread.
 SAFETY_MARGIN_S = 0.02

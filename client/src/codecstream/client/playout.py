@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 
-from codecstream.protocol.pcm import FRAME_SECONDS
+from codecstream.protocol.decoding import FRAME_SECONDS
 
 
 class PlayoutClock:

@@ -17,7 +17,7 @@ from codecstream.client.decoder_download import AUTO
 from codecstream.client.jitter_buffer import JitterBuffer
 from codecstream.client.runtimes import BACKENDS
 from codecstream.protocol.chunking import ChunkSchedule
-from codecstream.protocol.pcm import FRAME_SECONDS
+from codecstream.protocol.decoding import FRAME_SECONDS
 from codecstream.v1 import synthesis_pb2 as pb
 
 

@@ -20,7 +20,8 @@ from codecstream.client.code_stream import AsyncCodeStream
 from codecstream.client.errors import CodecMismatch
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.protocol.codec_spec import spec_differences
-from codecstream.protocol.pcm import FRAME_SECONDS, to_pcm16
+from codecstream.protocol.decoding import FRAME_SECONDS
+from codecstream.protocol.pcm import to_pcm16
 from codecstream.protocol.reassembler import ReceivedChunk
 from codecstream.protocol.text_timing import WordClock, WordTiming
 from codecstream.v1 import synthesis_pb2 as pb

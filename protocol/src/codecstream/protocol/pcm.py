@@ -6,10 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from codecstream.protocol.decoding import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
-
-#: Seconds of audio in one codec frame (80 ms).
-FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE_HZ
 
 #: Full scale of 16-bit PCM; a float sample of 1.0 is this.
 PCM16_SCALE = 32767.0

@@ -21,14 +21,14 @@ import dataclasses
 import re
 import unicodedata
 
-from codecstream.protocol.pcm import FRAME_SECONDS
+from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND
 
 _WORD = re.compile(r"\S+")
-#: Typical speaking rates, as frames per character (12.5 frames/s): alphabetic scripts about 14
-#: characters per second, CJK about 4 (the rates of conversational speech; an estimate for spans
-#: still being spoken, replaced by the span's real length once it ends).
-FRAMES_PER_CHAR = 12.5 / 14
-FRAMES_PER_CJK_CHAR = 12.5 / 4
+#: Typical speaking rates, as frames per character: alphabetic scripts about 14 characters per
+#: second, CJK about 4 (the rates of conversational speech; an estimate for spans still being
+#: spoken, replaced by the span's real length once it ends).
+FRAMES_PER_CHAR = FRAMES_PER_SECOND / 14
+FRAMES_PER_CJK_CHAR = FRAMES_PER_SECOND / 4
 #: Slack when comparing frame positions computed in floating point.
 _EPSILON = 1e-6
 

@@ -15,13 +15,14 @@ import signal
 import sys
 
 from codecstream.protocol.chunking import ChunkSchedule
+from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.protocol.errors import ProtocolError
 from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
 from codecstream.server.engine.engine_cache import default_engine_cache
 from codecstream.server.limits import ServerLimits
-from codecstream.server.replay import FRAMES_PER_SECOND, ReplaySource
+from codecstream.server.replay import ReplaySource
 from codecstream.server.source import CodeSource
 from codecstream.server.supervisor import RestartPolicy
 

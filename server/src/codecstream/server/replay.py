@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 import numpy as np
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
 from codecstream.protocol.codes_file import CodesFile, load_codes_file
+from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.protocol.digest import decoder_digest
 from codecstream.protocol.release import DIALECT_IDS, LANGUAGE_IDS, SPEAKER_DIALECTS, SPEAKER_IDS
 from codecstream.server.checkpoint_info import offering_of, read_checkpoint_info
 from codecstream.server.request import ModelOffering, SynthesisRequest, TaskType
 from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation
 
-#: The codec's own frame rate: replay at real-time pace by default.
-FRAMES_PER_SECOND = 12.5
 #: Stands in for a decoder digest when replay is not told which checkpoint the codes came from.
 UNKNOWN_DECODER_DIGEST = "sha256:" + "0" * 64
 
@@ -78,7 +77,8 @@ class ReplayGeneration(Generation):
 
 
 class ReplaySource(CodeSource):
-    """Serves every request with the same recorded codes, paced like a model (12.5 frames/s)."""
+    """Serves every request with the same recorded codes, paced like a model: by default at the
+    codec's own frame rate (real time)."""
 
     def __init__(
         self,

@@ -42,8 +42,7 @@ from codecstream.client.plugins.speech import OPTION_NAMES, Speech, start_option
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.text_stream import AsyncTextStream
-from codecstream.protocol.decoding import FrameDecoder
-from codecstream.protocol.pcm import FRAME_SECONDS
+from codecstream.protocol.decoding import FRAME_SECONDS, FrameDecoder
 from loguru import logger
 from pipecat.frames.frames import (
     AggregatedTextProgressFrame,
