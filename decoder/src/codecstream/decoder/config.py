@@ -10,13 +10,14 @@ from typing import Any
 
 from codecstream.decoder.errors import CheckpointError
 from codecstream.protocol.checkpoint_files import TOKENIZER_MODEL_TYPE as MODEL_TYPE
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 
 
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
     """The `decoder_config` block plus the top-level rates the decoder depends on."""
 
-    codebook_size: int = 2048
+    codebook_size: int = CODEBOOK_SIZE
     codebook_dim: int = 512
     latent_dim: int = 1024
     decoder_dim: int = 1536
@@ -31,14 +32,14 @@ class DecoderConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     sliding_window: int = 72
-    num_quantizers: int = 16
+    num_quantizers: int = NUM_CODEBOOKS
     num_semantic_quantizers: int = 1
     upsample_rates: tuple[int, ...] = (8, 5, 4, 3)
     upsampling_ratios: tuple[int, ...] = (2, 2)
     hidden_act: str = "silu"
     attention_bias: bool = False
-    sample_rate: int = 24_000
-    decode_upsample_rate: int = 1_920
+    sample_rate: int = SAMPLE_RATE_HZ
+    decode_upsample_rate: int = SAMPLES_PER_FRAME
 
     @property
     def samples_per_frame(self) -> int:

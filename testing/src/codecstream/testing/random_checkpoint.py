@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 from codecstream.protocol.checkpoint_files import SPEECH_TOKENIZER_DIR, TOKENIZER_MODEL_TYPE, WEIGHTS_FILE
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE_HZ
 from codecstream.protocol.release import (
     CODEC_EOS_TOKEN_ID,
     CODEC_IDS,
@@ -67,8 +68,6 @@ TEXT_IDS = {
     "tts_eos_token_id": 151673,
 }
 TEXT_VOCAB_SIZE = 151936
-CODEBOOK_SIZE = 2048
-NUM_CODE_GROUPS = 16
 TALKER_VOCAB_SIZE = 3072
 INIT_STD = 0.02
 # Deploy defaults the EOS channel is tuned for (server/src/codecstream/server/deploy/*.yaml).
@@ -114,7 +113,7 @@ def _release_speaker_encoder(enc_dim: int) -> dict:
         "enc_attention_channels": 128,
         "enc_res2net_scale": 8,
         "enc_se_channels": 128,
-        "sample_rate": 24000,
+        "sample_rate": SAMPLE_RATE_HZ,
     }
 
 
@@ -133,7 +132,7 @@ PRESETS: dict[str, Preset] = {
             "enc_attention_channels": 16,
             "enc_res2net_scale": 8,
             "enc_se_channels": 16,
-            "sample_rate": 24000,
+            "sample_rate": SAMPLE_RATE_HZ,
         },
         decoder_preset="tiny",
         tts_model_size="tiny",
@@ -197,7 +196,7 @@ def qwen3_tts_config(preset: Preset, variant: str) -> dict:
         "use_sliding_window": False,
         "sliding_window": None,
         "use_cache": True,
-        "num_code_groups": NUM_CODE_GROUPS,
+        "num_code_groups": NUM_CODEBOOKS,
         "position_id_per_seconds": 13,
         **CODEC_IDS,
         "pad_token_id": CODEC_IDS["codec_pad_id"],
@@ -222,7 +221,7 @@ def qwen3_tts_config(preset: Preset, variant: str) -> dict:
             "layer_types": ["full_attention"] * predictor.num_hidden_layers,
             "use_cache": True,
             "tie_word_embeddings": False,
-            "num_code_groups": NUM_CODE_GROUPS,
+            "num_code_groups": NUM_CODEBOOKS,
         },
     }
     config = {
@@ -311,10 +310,10 @@ def talker_tensors(preset: Preset, seed: int, mean_frames: float) -> dict[str, t
     tensors["talker.text_projection.linear_fc2.bias"] = torch.zeros(h)
 
     cp = "talker.code_predictor."
-    for group in range(NUM_CODE_GROUPS - 1):
+    for group in range(NUM_CODEBOOKS - 1):
         tensors[f"{cp}model.codec_embedding.{group}.weight"] = rand.normal(CODEBOOK_SIZE, h)
     tensors.update(_decoder_stack(rand, cp + "model.", predictor))
-    for group in range(NUM_CODE_GROUPS - 1):
+    for group in range(NUM_CODEBOOKS - 1):
         tensors[f"{cp}lm_head.{group}.weight"] = rand.normal(CODEBOOK_SIZE, predictor.hidden_size)
     if predictor.hidden_size != h:
         tensors[cp + "small_to_mtp_projection.weight"] = rand.normal(predictor.hidden_size, h)

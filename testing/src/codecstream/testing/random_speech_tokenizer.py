@@ -23,11 +23,12 @@ from codecstream.decoder.layers import ConvNeXtBlock, SnakeBeta
 from codecstream.decoder.model import Qwen3TTSDecoder
 from codecstream.decoder.transformer import LayerScale
 from codecstream.protocol.checkpoint_files import DECODER_PREFIX, WEIGHTS_FILE
+from codecstream.protocol.decoding import CODEBOOK_SIZE, FRAMES_PER_SECOND, SAMPLE_RATE_HZ
 from safetensors.torch import save_file
 
 PRESETS: dict[str, DecoderConfig] = {
     "real": DecoderConfig(),
-    # Same structure and rates (16 codebooks of 2048, 1920 samples per frame, window 72), small widths;
+    # The real codec's structure and rates (its codebooks, samples per frame, 72-frame window), small widths;
     # grouped-query attention (2 heads, 1 kv head) so that path is exercised too.
     "tiny": DecoderConfig(
         codebook_dim=32,
@@ -47,10 +48,10 @@ TARGET_RMS = 0.1
 _CALIBRATION_FRAMES = 24
 
 _REAL_ENCODER = {
-    "_frame_rate": 12.5,
+    "_frame_rate": FRAMES_PER_SECOND,
     "audio_channels": 1,
     "codebook_dim": 256,
-    "codebook_size": 2048,
+    "codebook_size": CODEBOOK_SIZE,
     "compress": 2,
     "dilation_growth_rate": 2,
     "head_dim": 64,
@@ -73,7 +74,7 @@ _REAL_ENCODER = {
     "pad_mode": "constant",
     "residual_kernel_size": 3,
     "rope_theta": 10000.0,
-    "sampling_rate": 24000,
+    "sampling_rate": SAMPLE_RATE_HZ,
     "sliding_window": 250,
     "trim_right_ratio": 1.0,
     "upsample_groups": 512,
@@ -84,7 +85,7 @@ _REAL_ENCODER = {
     "use_streaming": False,
     "vector_quantization_hidden_dimension": 256,
 }
-# The tiny encoder keeps the codec's rates and code space (2048 entries, 12.5 Hz) at small widths.
+# The tiny encoder keeps the codec's rates and code space at small widths.
 _TINY_ENCODER = {
     **_REAL_ENCODER,
     "codebook_dim": 16,
@@ -107,7 +108,7 @@ PREPROCESSOR_CONFIG = {
     "padding_side": "right",
     "padding_value": 0.0,
     "return_attention_mask": True,
-    "sampling_rate": 24000,
+    "sampling_rate": SAMPLE_RATE_HZ,
 }
 
 
