@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 from codecstream.protocol.codes_file import CodesFile
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
@@ -64,7 +65,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def random_codes(frames: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+    """`frames` frames of uniformly random codes, the same for the same seed."""
+    return np.random.default_rng(seed).integers(0, CODEBOOK_SIZE, size=(frames, NUM_CODEBOOKS), dtype=np.int16)
 
 
 def reference_wav(seconds: float = 1.5, rate: int = 16_000, samples: np.ndarray | None = None) -> bytes:

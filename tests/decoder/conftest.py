@@ -20,10 +20,6 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
-def random_codes(frames: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
-
-
 def decode_in_chunks(decoder, codes: np.ndarray, sizes) -> np.ndarray:
     """Feed `codes` to a FrameDecoder in chunks of the given sizes (the last size repeats)."""
     sizes = list(sizes)

@@ -15,7 +15,7 @@ from codecstream.protocol.digest import decoder_digest
 from codecstream.testing.random_speech_tokenizer import PRESETS, random_decoder, write_speech_tokenizer
 from safetensors.torch import load_file, save_file
 
-from .conftest import random_codes
+from tests.conftest import random_codes
 
 
 def _copy(source, destination):

@@ -14,7 +14,7 @@ from codecstream.decoder import (
 )
 from codecstream.protocol.decoding import FrameDecoder
 
-from .conftest import random_codes
+from tests.conftest import random_codes
 
 
 @pytest.mark.parametrize("mode", DECODING_MODES)

@@ -9,7 +9,8 @@ from codecstream.decoder import StatefulDecoder, decode_utterance
 from codecstream.decoder.precision import FP32_BY_DEFAULT, mixed_precision
 from codecstream.protocol.pcm import snr_db
 
-from tests.decoder.conftest import decode_in_chunks, random_codes
+from tests.conftest import random_codes
+from tests.decoder.conftest import decode_in_chunks
 
 
 def test_mixed_precision_keeps_the_chosen_modules_and_the_state_in_fp32(tiny_models):

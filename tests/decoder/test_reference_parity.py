@@ -14,7 +14,7 @@ from codecstream.decoder import decode_utterance
 from codecstream.protocol.pcm import snr_db
 from safetensors.torch import load_file
 
-from .conftest import random_codes
+from tests.conftest import random_codes
 
 modeling = pytest.importorskip(
     "vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2",

@@ -10,7 +10,9 @@ from codecstream.protocol.pcm import snr_db
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import decode_in_chunks, random_codes
+from tests.conftest import random_codes
+
+from .conftest import decode_in_chunks
 
 FRAMES = 600  # far past the 72-frame window and the ~568-frame reach of the stacked attention
 CHUNKINGS = {

@@ -8,7 +8,9 @@ import torch
 from codecstream.decoder import WindowedDecoder, WindowedDecoderModule, decode_utterance
 from codecstream.protocol.pcm import snr_db
 
-from .conftest import decode_in_chunks, random_codes
+from tests.conftest import random_codes
+
+from .conftest import decode_in_chunks
 
 
 @pytest.mark.parametrize("init", ["mild", "stressed"])

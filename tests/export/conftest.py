@@ -20,7 +20,6 @@ import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 
-import numpy as np
 import pytest
 import torch
 from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
@@ -58,10 +57,6 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if "artifacts" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(EXPORTING_TEST_TIMEOUT_S))
-
-
-def random_codes(frames: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
 
 
 def codecstream(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:

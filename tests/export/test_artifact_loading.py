@@ -14,7 +14,7 @@ from codecstream.client.runtimes import FORMATS, DecoderLoadError, open_decoder
 from codecstream.protocol.manifest import MANIFEST_FILE, read_manifest
 from codecstream.protocol.pcm import snr_db
 
-from .conftest import random_codes
+from tests.conftest import random_codes
 
 
 def copy_artifact(source: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:

@@ -11,7 +11,9 @@ from codecstream.protocol.chunking import DEFAULT_RAMP, ChunkSchedule
 from codecstream.protocol.manifest import read_manifest
 from codecstream.protocol.pcm import snr_db
 
-from .conftest import MAX_CHUNK_FRAMES, random_codes
+from tests.conftest import random_codes
+
+from .conftest import MAX_CHUNK_FRAMES
 
 #: Every artifact runtime: OpenVINO and ONNX Runtime both run the .onnx artifacts.
 RUNTIMES = tuple(FORMATS)

@@ -14,7 +14,9 @@ from codecstream.export.cli import register_parity
 from codecstream.protocol.codes_file import save_codes_file
 from codecstream.protocol.manifest import read_manifest
 
-from .conftest import codecstream, export_command, random_codes
+from tests.conftest import random_codes
+
+from .conftest import codecstream, export_command
 
 
 def run_in_process(capsys, *args: str) -> tuple[int, str, str]:

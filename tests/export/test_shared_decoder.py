@@ -10,7 +10,7 @@ import pytest
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.runtimes import open_decoder
 
-from tests.export.conftest import random_codes
+from tests.conftest import random_codes
 
 STREAMS = 4
 RAMP = (2, 4, 8, 16, 10)

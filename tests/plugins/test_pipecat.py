@@ -18,6 +18,7 @@ pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
 from codecstream.client.plugins.speech import OPTION_NAMES
 from codecstream.protocol import decoder_digest
+from codecstream.protocol.decoding import SAMPLES_PER_FRAME
 from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
 from pipecat.frames.frames import (
     ErrorFrame,
@@ -38,7 +39,7 @@ from tests.conftest import random_codes
 from tests.plugins.conftest import sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
-FRAME_BYTES = 1920 * 2  # one 80 ms frame of 16-bit PCM at 24 kHz
+FRAME_BYTES = SAMPLES_PER_FRAME * 2  # one frame of 16-bit PCM at the codec's rate
 
 
 def reply(*tokens: str) -> list:

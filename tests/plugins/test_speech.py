@@ -16,10 +16,10 @@ pytest.importorskip("soxr", reason="the plugins' extras: pip install './client[p
 from codecstream.client.plugins.speech import OPTION_NAMES, Speech, SpeechOptions, start_options
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
+from codecstream.protocol.decoding import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from codecstream.protocol.pcm import to_pcm16
 from codecstream.protocol.text_timing import WordTiming
 
-FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
 TEXT = "Hello there. The train leaves."
 
 
@@ -32,8 +32,9 @@ class ScriptedStream:
     completed, then the words its end completed."""
 
     def __init__(self, frames: list[int], words: list[list[WordTiming]], words_at_end: list[WordTiming]) -> None:
-        tone = 0.5 * np.sin(np.arange(sum(frames) * FRAME_SAMPLES) * 2 * np.pi * 440 / 24_000).astype(np.float32)
-        self.samples = np.split(tone, np.cumsum(frames)[:-1] * FRAME_SAMPLES)
+        phase = np.arange(sum(frames) * SAMPLES_PER_FRAME) * 2 * np.pi * 440 / SAMPLE_RATE_HZ
+        tone = 0.5 * np.sin(phase).astype(np.float32)
+        self.samples = np.split(tone, np.cumsum(frames)[:-1] * SAMPLES_PER_FRAME)
         self._script = list(zip(frames, self.samples, words, strict=True))
         self._pending: list[WordTiming] = []
         self._words_at_end = words_at_end
@@ -87,7 +88,7 @@ async def test_at_another_rate_the_same_words_come_with_the_whole_stream_resampl
     at_24k, resampled = await handouts(Speech(scripted(), 24_000)), await handouts(Speech(scripted(), rate))
     assert [h.words for h in resampled] == [h.words for h in at_24k]
     pcm = b"".join(h.audio for h in resampled)
-    assert len(pcm) == 7 * FRAME_SAMPLES * rate // 24_000 * 2  # 7 frames of 80 ms, 16-bit
+    assert len(pcm) == 7 * SAMPLES_PER_FRAME * rate // 24_000 * 2  # 7 frames of 80 ms, 16-bit
     # Chunk by chunk, the resampler's tail included, as the whole stream resampled at once.
     assert pcm == to_pcm16(StreamResampler(rate)(np.concatenate(scripted().samples), last=True)).tobytes()
 

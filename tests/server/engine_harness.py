@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.server.engine.talker_source import VllmTalkerSource
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Finished, FinishReason, Frames, Generation
@@ -44,7 +45,7 @@ class Collected:
     @property
     def codes(self) -> np.ndarray:
         if not self.arrivals:
-            return np.zeros((0, 16), dtype=np.int16)
+            return np.zeros((0, NUM_CODEBOOKS), dtype=np.int16)
         return np.concatenate([arrival.frames for arrival in self.arrivals])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.server.engine.talker_source import FrameCursor
 
 PROMPT_ROWS = 5
@@ -18,7 +19,8 @@ class Untouchable(torch.Tensor):
 
 
 def rows(first: int, count: int) -> torch.Tensor:
-    return torch.arange(first * 16, (first + count) * 16, dtype=torch.int64).reshape(count, 16) % 2048
+    codes = torch.arange(first * NUM_CODEBOOKS, (first + count) * NUM_CODEBOOKS, dtype=torch.int64)
+    return codes.reshape(count, NUM_CODEBOOKS) % CODEBOOK_SIZE
 
 
 def engine_outputs(frames: int) -> list:

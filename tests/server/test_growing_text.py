@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from codecstream.protocol.decoding import NUM_CODEBOOKS
 from codecstream.server.errors import GenerationFailed, TextInputExpired
 from codecstream.server.limits import ServerLimits
 from codecstream.server.request import SynthesisRequest
@@ -77,7 +78,7 @@ async def speak(source, pieces: list[tuple], stream_id: str, seed: int = SEED) -
         elif isinstance(event, Finished):
             finished = event
     writer.cancel()
-    codes = np.concatenate(codes) if codes else np.zeros((0, 16), np.int16)
+    codes = np.concatenate(codes) if codes else np.zeros((0, NUM_CODEBOOKS), np.int16)
     return Spoken(codes, spans, finished, generation.engine_counts, times, flushes)
 
 
