@@ -123,6 +123,16 @@ class RunningServer:
         return predicate()
 
 
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory) -> pathlib.Path:
+    """A tiny random decoder checkpoint (`speech_tokenizer/`, seed 0) to decode with, written once
+    per session; tests read it, none changes it."""
+    # Imported here: the test support loads torch, and every test module imports this one.
+    from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
+
+    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def client_cache(tmp_path_factory) -> Iterator[pathlib.Path]:
     """The client's cache (downloaded and compiled decoders) in the session's temporary folder, not

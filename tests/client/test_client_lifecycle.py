@@ -25,15 +25,9 @@ from codecstream.client.requests import build_start
 from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.protocol import decoder_digest
 from codecstream.protocol import errors as protocol_errors
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 def finishes(function, timeout: float = 20.0) -> bool:

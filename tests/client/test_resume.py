@@ -13,17 +13,11 @@ from codecstream.client.runtimes import open_decoder
 from codecstream.protocol import decoder_digest
 from codecstream.server.app import Keepalive
 from codecstream.server.limits import ServerLimits
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 
 from tests.conftest import random_codes
 
 FRAMES = 120
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 @pytest.fixture

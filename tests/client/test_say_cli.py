@@ -6,16 +6,10 @@ import wave
 
 import pytest
 from codecstream.protocol import decoder_digest
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes
 
 CLI = [sys.executable, "-m", "codecstream.client.cli"]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("say") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 def say(*args: str) -> subprocess.CompletedProcess:

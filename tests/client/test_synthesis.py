@@ -12,15 +12,9 @@ from codecstream.client.runtimes import open_decoder
 from codecstream.decoder import decode_utterance, load_decoder
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.pcm import snr_db
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes, reference_wav
 from tests.tcp_proxy import CuttableProxy
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,8 @@ from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.client.runtimes.cuda_graphs import float32_precision
 from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
 from codecstream.decoder import StatefulDecoder, load_decoder
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 
 from tests.conftest import random_codes
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from codecstream.server.request_parsing import parse_start
 from codecstream.server.segmenting import SegmentedGeneration, TextSegmenter
 from codecstream.server.source import Frames
 from codecstream.server.text_input import StreamedText
-from codecstream.testing.random_speech_tokenizer import write_speech_tokenizer
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -92,11 +91,6 @@ async def test_every_flush_ends_a_segment_though_more_text_came_before_the_segme
         if isinstance(e, Frames)
     }
     assert [text.text[a:b] for a, b in sorted(spans)] == ["Hello there.", "The train leaves at nine.", "On time"]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_speech_tokenizer(tmp_path_factory.mktemp("ckpt") / "speech_tokenizer", preset="tiny", seed=0)
 
 
 @pytest.fixture
