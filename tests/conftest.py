@@ -69,6 +69,12 @@ def random_codes(frames: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, CODEBOOK_SIZE, size=(frames, NUM_CODEBOOKS), dtype=np.int16)
 
 
+def sample(server, name: str, **labels: str) -> float:
+    """A value of a server's Prometheus registry (0 when never set); `server` has `.server`, a
+    CodecStreamServer (RunningServer, EngineServer)."""
+    return server.server.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
 def reference_wav(seconds: float = 1.5, rate: int = 16_000, samples: np.ndarray | None = None) -> bytes:
     """A WAV file to clone a voice from: a tone with a little noise, or exactly `samples` (float32)."""
     import io

@@ -22,8 +22,7 @@ from codecstream.server.replay import ReplaySource
 from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError, LanguageCode
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
-from tests.conftest import random_codes
-from tests.plugins.conftest import sample
+from tests.conftest import random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 NO_RETRY_WAIT = APIConnectOptions(max_retry=3, retry_interval=0.1, timeout=10)

@@ -35,8 +35,7 @@ from pipecat.frames.frames import (
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
 
-from tests.conftest import random_codes
-from tests.plugins.conftest import sample
+from tests.conftest import random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 FRAME_BYTES = SAMPLES_PER_FRAME * 2  # one frame of 16-bit PCM at the codec's rate

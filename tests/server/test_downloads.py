@@ -18,7 +18,7 @@ from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
-from tests.conftest import random_codes
+from tests.conftest import random_codes, sample
 from tests.malicious_server import DIGEST, manifest_json
 
 SIZE = 48 << 20  # far over the kernel's socket buffers and HTTP/2's windows
@@ -48,10 +48,6 @@ def offering(replay_server_factory, large_artifact):
     return start
 
 
-def gauge(server, name: str) -> float:
-    return server.server.metrics.registry.get_sample_value(name) or 0.0
-
-
 def test_a_download_whose_client_stops_reading_is_dropped_after_the_stall_timeout_without_a_traceback(
     offering, large_artifact, proxy_factory, caplog
 ):
@@ -64,8 +60,8 @@ def test_a_download_whose_client_stops_reading_is_dropped_after_the_stall_timeou
         )
         next(parts)
         proxy.freeze_to_client()  # the client reads nothing more
-        assert server.wait_until(lambda: gauge(server, "codecstream_stalled_clients_total") == 1, timeout=20)
-        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0)
+        assert server.wait_until(lambda: sample(server, "codecstream_stalled_clients_total") == 1, timeout=20)
+        assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 0)
         parts.cancel()
     # Dropping the client is the server's own decision: no error (ExecuteBatchError) is logged.
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -85,7 +81,7 @@ def test_one_client_holds_at_most_its_share_of_downloads(offering, large_artifac
         assert "2 decoder downloads running" in refused.value.details()
         assert "max_downloads_per_client" in refused.value.details()
         held[0].cancel()
-        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 1)
+        assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 1)
         again = stub.DownloadDecoderArtifact(pb.DownloadDecoderArtifactRequest(sha256=sha256, offset=SIZE - 10))
         assert sum(len(part.data) for part in again) == 10  # a freed share is taken again
         held[1].cancel()
@@ -103,7 +99,7 @@ def test_a_download_cancelled_mid_write_logs_no_traceback(offering, large_artifa
                 for _ in range(1 + attempt % 5):  # cancelled while the server writes, at various points
                     next(parts)
                 parts.cancel()
-        assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0)
+        assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 0)
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
     assert errors == [], [record.getMessage() for record in errors]
 
@@ -146,6 +142,6 @@ def test_a_download_whose_client_stops_reading_then_disconnects_logs_no_tracebac
         time.sleep(0.5)  # the server's writes now wait on a full connection
         proxy.cut()
         channel.close()
-    assert server.wait_until(lambda: gauge(server, "codecstream_decoder_artifact_downloads_running") == 0, 20)
+    assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 0, 20)
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
     assert errors == [], [record.getMessage()[:300] for record in errors]

@@ -19,8 +19,8 @@ from codecstream.server.replay import ReplaySource
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
-from tests.conftest import random_codes
-from tests.server.test_faults import ended_total, rejected_total, sample
+from tests.conftest import random_codes, sample
+from tests.server.test_faults import ended_total, rejected_total
 from tests.server.test_hostile_requests import call
 from tests.tcp_proxy import CuttableProxy
 

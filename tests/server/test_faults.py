@@ -18,11 +18,7 @@ from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
-from tests.conftest import random_codes
-
-
-def sample(server, name: str, **labels) -> float:
-    return server.server.metrics.registry.get_sample_value(name, labels) or 0.0
+from tests.conftest import random_codes, sample
 
 
 def ended_total(server) -> float:
