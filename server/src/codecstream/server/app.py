@@ -12,6 +12,7 @@ import logging
 import pathlib
 import socket
 import time
+from collections.abc import Callable
 
 import grpc
 import prometheus_client
@@ -87,6 +88,8 @@ class ServerOptions:
     drain_delay_s: float = 0.0
     #: Decoder artifact directories offered for download (decoder_artifacts.py).
     decoder_artifacts: tuple[pathlib.Path, ...] = ()
+    #: The monotonic clock (seconds) the per-client rate limits read; a test passes one it moves.
+    clock: Callable[[], float] = time.monotonic
 
 
 class CodecStreamServer:
@@ -99,7 +102,9 @@ class CodecStreamServer:
     def __init__(self, source: CodeSource, options: ServerOptions | None = None) -> None:
         self.options = options = options or ServerOptions()
         self.metrics = Metrics()
-        self.service = SynthesisService(source, options.limits, self.metrics, tokens_checked=bool(options.auth_tokens))
+        self.service = SynthesisService(
+            source, options.limits, self.metrics, tokens_checked=bool(options.auth_tokens), clock=options.clock
+        )
         self.supervisor = SourceSupervisor(source, self.metrics, self._on_source_state, options.restart_policy)
         self.health: health.aio.HealthServicer | None = None
         self.server: grpc.aio.Server | None = None

@@ -13,7 +13,9 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
+from collections.abc import Callable
 
 import grpc
 from codecstream.protocol.preview import preview
@@ -61,6 +63,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         limits: ServerLimits | None = None,
         metrics: Metrics | None = None,
         tokens_checked: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
         #: Whether the transport checks bearer tokens (auth.BearerTokenInterceptor): only then is a
@@ -73,8 +76,8 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.sessions: dict[str, StreamSession] = {}
         #: Decoder artifacts offered for download (the server's --decoder-artifact directories).
         self.artifacts = DecoderArtifacts()
-        self._rate_limiter = RateLimiter.per_minute(limits.streams_per_client_per_minute)
-        self._message_rate = RateLimiter(limits.control_messages_per_s, limits.control_message_burst)
+        self._rate_limiter = RateLimiter.per_minute(limits.streams_per_client_per_minute, clock)
+        self._message_rate = RateLimiter(limits.control_messages_per_s, limits.control_message_burst, clock)
         #: Why new streams are refused (UNAVAILABLE); None while serving.
         self._unavailable: str | None = STARTING
         #: Stream slots taken by opens still waiting on the reference audio or the engine, by client.
