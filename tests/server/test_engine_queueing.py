@@ -57,18 +57,22 @@ def test_requests_admitted_while_growing_requests_wait_for_text_never_overfill_t
     and vLLM's `len(running) <= max_num_seqs` assertion killed the engine (every stream ended
     End(ERROR), the server restarted the engine) once the held requests were scheduled again."""
     from codecstream.server.limits import ServerLimits
-    from codecstream.server.source import Finished
+    from codecstream.server.source import Finished, SegmentEnd
     from codecstream.server.text_input import StreamedText
 
     source, limits = talker_engine.source, ServerLimits()
 
-    async def read_to_end(generation, first_frames: asyncio.Event | None = None) -> Finished | None:
-        async for event in generation:
-            if isinstance(event, Frames) and first_frames is not None:
-                first_frames.set()
-            if isinstance(event, Finished):
-                return event
-        return None
+    async def read_to_end(generation, reached: asyncio.Event, kind: type = Frames) -> Finished | None:
+        """Read `generation` to its end; `reached` is set at its first event of `kind` (or at its end)."""
+        try:
+            async for event in generation:
+                if isinstance(event, kind):
+                    reached.set()
+                if isinstance(event, Finished):
+                    return event
+            return None
+        finally:
+            reached.set()
 
     async def scenario() -> list[Finished | None]:
         texts, held = [], []
@@ -77,12 +81,12 @@ def test_requests_admitted_while_growing_requests_wait_for_text_never_overfill_t
             text.push("Hello there, and", flush=False, end_of_input=False)
             request = SynthesisRequest(text="", voice="ryan", seed=i, max_frames=200, streamed_text=text)
             generation = await source.open_streamed(request, f"held{i}", limits)
-            spoke = asyncio.Event()
+            # SegmentEnd: the talker has read every token that arrived and waits for more text.
+            waiting = asyncio.Event()
             texts.append(text)
-            held.append((asyncio.ensure_future(read_to_end(generation, spoke)), spoke))
-        for _, spoke in held:
-            await asyncio.wait_for(spoke.wait(), 60)
-        await asyncio.sleep(1.0)  # they have spoken what they had and wait for text
+            held.append((asyncio.ensure_future(read_to_end(generation, waiting, SegmentEnd)), waiting))
+        for _, waiting in held:
+            await asyncio.wait_for(waiting.wait(), 60)  # they have spoken what they had and wait for text
         newcomers = [
             await source.open(SynthesisRequest(text="A new stream.", voice="ryan", seed=i, max_frames=30), f"late{i}")
             for i in range(4)

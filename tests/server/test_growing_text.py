@@ -52,9 +52,12 @@ class Spoken:
     flushes: list[int]
 
 
-async def speak(source, pieces: list[tuple], stream_id: str, seed: int = SEED) -> Spoken:
+async def speak(
+    source, pieces: list[tuple], stream_id: str, seed: int = SEED, first_frame: asyncio.Event | None = None
+) -> Spoken:
     """Stream `pieces` (text, seconds to wait after it, and optionally whether a flush follows it)
-    into one generation, the last with end_of_input; read it to its end."""
+    into one generation, the last with end_of_input; read it to its end. `first_frame` is set when
+    its first frame arrives."""
     text = StreamedText("", ServerLimits())
     request = SynthesisRequest(text="", voice="ryan", seed=seed, max_frames=600, streamed_text=text)
     generation = await source.open_streamed(request, stream_id, ServerLimits())
@@ -70,6 +73,8 @@ async def speak(source, pieces: list[tuple], stream_id: str, seed: int = SEED) -
     started = time.monotonic()
     async for event in generation:
         if isinstance(event, Frames):
+            if first_frame is not None:
+                first_frame.set()
             codes.append(event.codes)
             spans.append((event.text_start, event.text_end))
             times.append(time.monotonic() - started)
@@ -197,12 +202,12 @@ def test_a_cancel_ends_the_request_within_one_step(talker_engine, moment):
         generation = await source.open_streamed(request, f"cancel-{moment}", ServerLimits())
         text.push(REPLY[:40] if moment == "while paused" else REPLY, flush=False, end_of_input=moment != "while paused")
         events = aiter(generation)
-        frames = 0
-        while frames < 8:
+        frames, waiting = 0, False
+        # While paused: until SegmentEnd, the talker read its 40 characters and waits for more.
+        while frames < 8 or (moment == "while paused" and not waiting):
             event = await anext(events)
             frames += len(event.codes) if isinstance(event, Frames) else 0
-        if moment == "while paused":
-            await asyncio.sleep(1.0)  # the talker read its 40 characters and waits
+            waiting = waiting or isinstance(event, SegmentEnd)
         asked = time.monotonic()
         await generation.abort()
         async for event in events:
@@ -222,8 +227,9 @@ def test_a_neighbouring_whole_text_request_is_byte_identical_to_a_quiet_server(t
     quiet = talker_engine.collect(neighbour, "neighbour-quiet").codes
 
     async def beside() -> np.ndarray:
-        streamed = asyncio.create_task(speak(source, paced(15), "neighbour-stream"))
-        await asyncio.sleep(0.3)
+        speaking = asyncio.Event()
+        streamed = asyncio.create_task(speak(source, paced(15), "neighbour-stream", first_frame=speaking))
+        await asyncio.wait_for(speaking.wait(), 60)  # the streamed reply is in the engine's batch
         generation = await source.open(neighbour, "neighbour-busy")
         codes = [event.codes async for event in generation if isinstance(event, Frames)]
         await streamed

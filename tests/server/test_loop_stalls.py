@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from codecstream.server.loop_stalls import LoopStallWatchdog
 
 PERIOD_S = 0.05
+#: The watchdog looks every threshold / 2 = 0.05 s. Beating on time for this long (six of its looks)
+#: it must report nothing: this wait is the behaviour under test, not a wait for something to happen.
+QUIET_S = 0.3
+#: Then the loop beats on for four more of its looks (after the report, where there is one): a
+#: stall is reported once, and nothing more is reported.
+AFTER_REPORT_S = 0.2
+#: A bound on waiting for the report, so a watchdog that never reports fails instead of hanging.
+REPORT_TIMEOUT_S = 10.0
 
 
 def spin_for(seconds: float) -> None:
@@ -23,7 +32,13 @@ def sleep_for(seconds: float) -> None:
 async def run_beside_watchdog(block, seconds: float) -> list:
     """A loop that beats like the server's, blocked once by `block(seconds)`; the stalls reported."""
     stalls = []
-    watchdog = LoopStallWatchdog(PERIOD_S, threshold_s=0.1, on_stall=stalls.append)
+    reported = threading.Event()
+
+    def on_stall(stall) -> None:
+        stalls.append(stall)
+        reported.set()
+
+    watchdog = LoopStallWatchdog(PERIOD_S, threshold_s=0.1, on_stall=on_stall)
 
     async def beat() -> None:
         while True:
@@ -33,11 +48,13 @@ async def run_beside_watchdog(block, seconds: float) -> list:
     watchdog.start()
     beating = asyncio.create_task(beat())
     try:
-        await asyncio.sleep(0.3)  # beats on time: nothing reported
+        await asyncio.sleep(QUIET_S)  # beats on time: nothing reported
         quiet = list(stalls)
         if block:
             block(seconds)
-        await asyncio.sleep(0.3)  # the watchdog sees the beat again and reports
+            # The watchdog reports once it sees the loop beat again (from its own thread).
+            await asyncio.to_thread(reported.wait, REPORT_TIMEOUT_S)
+        await asyncio.sleep(AFTER_REPORT_S)
     finally:
         beating.cancel()
         watchdog.stop()

@@ -5,6 +5,7 @@ refused with a precise status. The replay source plays its recording once per se
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
 import grpc
@@ -194,25 +195,30 @@ def test_a_whole_text_cancelled_after_a_quarter_second_counts_a_word_or_two_hear
     assert stream.heard_text in ("", "Sure,")
 
 
-def raw_call(server, *messages: pb.SynthesizeRequest, wait: float = 0.3):
-    """Send `messages` on one call (pausing before the last); every response, then the status."""
+def raw_call(server, *messages: pb.SynthesizeRequest):
+    """Send `messages` on one call, the last once the server has answered (its Header), and keep the
+    call open until the server ends it; every response, then the status."""
     channel = grpc.insecure_channel(server.target)
+    answered, ended = threading.Event(), threading.Event()
 
     def requests():
         for index, message in enumerate(messages):
-            if index == len(messages) - 1:
-                time.sleep(wait)
+            if index and index == len(messages) - 1:
+                answered.wait(20)
             yield message
-        time.sleep(2)
+        ended.wait(20)  # no half-close: what ends the call is the server's doing
 
     responses = []
     try:
         for response in synthesis_pb2_grpc.SynthesisServiceStub(channel).Synthesize(requests(), timeout=20):
             responses.append(response)
+            answered.set()
         return responses, grpc.StatusCode.OK, ""
     except grpc.RpcError as error:
         return responses, error.code(), error.details()
     finally:
+        answered.set()
+        ended.set()
         channel.close()
 
 
@@ -247,7 +253,7 @@ def test_malformed_text_sequences_are_refused_with_a_precise_status(replay_serve
     server = replay_server_factory(
         codes=random_codes(FRAMES_PER_SEGMENT), fps=10.0, limits=ServerLimits(max_text_chars=200)
     )
-    responses, code, details = raw_call(server, *messages, wait=0.2)
+    responses, code, details = raw_call(server, *messages)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert message in details
     assert "x" * 20 not in details  # client text is never echoed
