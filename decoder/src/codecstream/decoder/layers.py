@@ -105,14 +105,18 @@ class CausalTransposedConv1d(nn.Module):
         self.carry_columns = kernel_size // stride - 1
         self.sub_pixel = in_channels < GEMM_MIN_CHANNELS
         if self.sub_pixel:
-            # The weight rearranged for `_sub_pixel`, kept beside it so an exported graph holds it
-            # as a constant (ONNX Runtime's int8 quantizer needs a Conv's weight to be one).
+            # The weight and bias rearranged for `_sub_pixel`, kept beside them so an exported graph
+            # holds them as constants: ONNX Runtime's int8 quantizer needs a Conv's weight to be one,
+            # and ExecuTorch's XNNPACK delegate takes a conv only with a constant weight and bias
+            # (with the bias repeated per call, the six sub-pixel convs ran on ExecuTorch's portable
+            # kernel: a real-size 2-frame chunk took 1.4 s instead of tens of ms).
             self.register_buffer("phase_weight", torch.empty(0), persistent=False)
+            self.register_buffer("phase_bias", torch.empty(0), persistent=False)
             self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Recompute `phase_weight` from the weight (after loading or casting it)."""
+        """Recompute `phase_weight` and `phase_bias` from the weight and bias (after loading or casting them)."""
         if not self.sub_pixel:
             return
         in_channels, out_channels, _ = self.conv.weight.shape
@@ -120,6 +124,7 @@ class CausalTransposedConv1d(nn.Module):
         # Tap n - m of phase j reads input column t - m with weight slice [:, :, m*s + j].
         taps = self.conv.weight.view(in_channels, out_channels, n + 1, s).flip(2)
         self.phase_weight = taps.permute(1, 3, 0, 2).reshape(out_channels * s, in_channels, n + 1).contiguous()
+        self.phase_bias = self.conv.bias.repeat_interleave(s).contiguous()
 
     def _overlap_add(self, padded: torch.Tensor) -> torch.Tensor:
         """Outputs for all but the first `carry_columns` columns of `padded` (B, Cin, n + L).
@@ -144,7 +149,7 @@ class CausalTransposedConv1d(nn.Module):
     def _sub_pixel(self, padded: torch.Tensor) -> torch.Tensor:
         """`_overlap_add` as a conv with one output channel per (Cout, phase), then the interleave."""
         out_channels, s = self.conv.out_channels, self.stride
-        phases = F.conv1d(padded, self.phase_weight, self.conv.bias.repeat_interleave(s))
+        phases = F.conv1d(padded, self.phase_weight, self.phase_bias)
         batch, length = padded.shape[0], padded.shape[-1] - self.carry_columns
         return phases.view(batch, out_channels, s, length).transpose(2, 3).reshape(batch, out_channels, length * s)
 

@@ -118,10 +118,10 @@ def export_decoder(request: ExportRequest, progress: Progress | None = None) -> 
         graph = build_graph(export_model, request.mode, request.max_chunk_frames)
         manifest = _merged_manifest(_manifest(request, graph, digest, model), previous, request)
     with progress.stage(f"capturing the {request.mode} graph with torch.export (frames 1..{request.max_chunk_frames})"):
-        if request.format == "pte" and request.dtype == "int8":
-            from codecstream.export.to_pte import quantize_int8
+        if request.format == "pte":
+            from codecstream.export.to_pte import capture
 
-            exported = quantize_int8(graph)
+            exported = capture(graph, request.dtype)
         else:
             exported = torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
     out_dir.mkdir(parents=True, exist_ok=True)

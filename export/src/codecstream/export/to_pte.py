@@ -8,11 +8,41 @@ linears and (transposed) convolutions, int8 activations quantized per call.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
+from collections.abc import Iterator
 from importlib.metadata import version
 
 import torch
 from codecstream.export.graphs import Graph
+
+
+def capture(graph: Graph, dtype: str) -> torch.export.ExportedProgram:
+    """The graph captured for lowering to ExecuTorch (int8: quantized first)."""
+    with _buffers_as_persistent(graph.module):
+        if dtype == "int8":
+            return quantize_int8(graph)
+        return torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
+
+
+@contextlib.contextmanager
+def _buffers_as_persistent(module: torch.nn.Module) -> Iterator[None]:
+    """Every buffer of `module` persistent while it is captured.
+
+    The decoder keeps weights it derives at load time (the sub-pixel convs' `phase_weight` and
+    `phase_bias`, SnakeBeta's exponentials) as non-persistent buffers, so that a checkpoint need
+    not hold them. XNNPACK takes a conv only with a constant weight and bias, and once it takes
+    one, ExecuTorch 1.4's lowering puts that constant in the program's state dict, which its
+    verifier refuses for a non-persistent buffer ("... is in the state dict, it should not be").
+    """
+    kept = [(child, set(child._non_persistent_buffers_set)) for child in module.modules()]
+    for child, _ in kept:
+        child._non_persistent_buffers_set.clear()
+    try:
+        yield
+    finally:
+        for child, names in kept:
+            child._non_persistent_buffers_set.update(names)
 
 
 def quantize_int8(graph: Graph) -> torch.export.ExportedProgram:
