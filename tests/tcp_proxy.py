@@ -123,7 +123,19 @@ class CuttableProxy:
         self.loop.call_soon_threadsafe(freeze_all)
 
     def close(self) -> None:
+        """Stop accepting, reset every connection and end every task of the proxy before its loop
+        stops: a task left pending (a frozen connection's pumps) is reported when the garbage
+        collector finds it, as an asyncio ERROR inside whichever test runs then."""
         self.cut()
-        self.loop.call_soon_threadsafe(self._server.close)
+
+        async def end_tasks() -> None:
+            self._server.close()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(end_tasks(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+        self.loop.close()
