@@ -205,3 +205,45 @@ def test_a_streamed_text_asked_to_be_resumable_is_refused_not_silently_made_othe
         with client.stream_text("Hello", decoder=checkpoint, resumable=False) as stream:
             stream.end_input()
             assert sum(chunk.num_frames for chunk in stream) > 0
+
+
+def _public_properties(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_") and not callable(inspect.getattr_static(cls, name))}
+
+
+def test_the_blocking_twins_offer_the_same_properties_as_before_one_forwarding_mechanism():
+    from codecstream.client.client import AudioStream, CodeStream, TextStream
+
+    shared = {"header", "end", "resumes", "replica", "reference_codes"}
+    assert _public_properties(CodeStream) == shared | {"stream_id"}
+    audio = shared | {"stats", "text", "text_offset_played", "heard_text"}
+    assert _public_properties(AudioStream) == audio
+    assert _public_properties(TextStream) == audio
+    assert CodeStream.replica.__doc__ == AudioStream.replica.__doc__
+    assert CodeStream.end.__doc__ == "The server's End, once the stream is over."
+
+
+def test_every_property_of_a_blocking_twin_is_the_value_of_the_async_stream_it_drives(
+    replay_server_factory, checkpoint
+):
+    server = replay_server_factory(codes=random_codes(6), decoder_digest=decoder_digest(checkpoint))
+    decoder = open_decoder(checkpoint, backend="torch")
+    with Client(server.target) as client:
+        codes = client.stream_codes("Hi.", resumable=True)
+        audio = client.synthesize("Hi.", decoder=decoder, resumable=True)
+        text = client.stream_text("Hi.", decoder=decoder)
+        text.end_input()
+        for stream in (codes, audio, text):
+            assert sum(chunk.num_frames for chunk in stream) == 6
+            driven = stream._stream
+            code_stream = driven if stream is codes else driven.codes
+            for name in _public_properties(type(stream)):
+                value = getattr(stream, name)
+                if name in {"resumes", "replica", "reference_codes"}:
+                    expected = getattr(code_stream, name)
+                else:
+                    expected = getattr(driven, name)
+                assert value is expected or value == expected, name
+            assert stream.header is not None and stream.end.reason == pb.END_REASON_EOS
+            with pytest.raises(AttributeError, match="end of a blocking stream is read-only"):
+                stream.end = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import operator
 import pathlib
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import grpc
 import numpy as np
@@ -207,22 +208,50 @@ class _LoopThread:
         self._thread.join(timeout=5)
 
 
+class _Forwarded(Generic[T]):
+    """A read-only property of a blocking stream: the attribute at `path` (dotted) below it, read
+    from the async stream it drives; `doc` is what help() shows for it."""
+
+    def __init__(self, path: str, doc: str | None = None) -> None:
+        self.path = path
+        self._read = operator.attrgetter(path)
+        self.__doc__ = doc
+        self._name = path
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> _Forwarded[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+    def __get__(self, instance, owner):
+        return self if instance is None else self._read(instance)
+
+    def __set__(self, instance: object, value: T) -> None:
+        raise AttributeError(f"{self._name} of a blocking stream is read-only")
+
+
 class _BlockingStream:
     """Blocking view of an async stream driven on the client's loop thread."""
 
+    header: _Forwarded[pb.Header | None] = _Forwarded("_stream.header")
+    end: _Forwarded[pb.End | None] = _Forwarded("_stream.end", "The server's End, once the stream is over.")
+    # Of the code stream: the stream itself, or the one an audio stream decodes.
+    resumes: _Forwarded[int] = _Forwarded("_codes.resumes")
+    replica: _Forwarded[str | None] = _Forwarded(
+        "_codes.replica", "The replica a load balancer names for the stream (None: a direct connection)."
+    )
+    reference_codes: _Forwarded[np.ndarray] = _Forwarded(
+        "_codes.reference_codes",
+        "Voice-clone codes from the Header that primed the decoder (never played); (n, 16) int16.",
+    )
+
     def __init__(self, stream, loop: _LoopThread) -> None:
         self._stream = stream
+        self._codes: AsyncCodeStream = stream.codes if isinstance(stream, AsyncAudioStream) else stream
         self._loop = loop
         self._exhausted = False
-
-    @property
-    def header(self) -> pb.Header | None:
-        return self._stream.header
-
-    @property
-    def end(self) -> pb.End | None:
-        """The server's End, once the stream is over."""
-        return self._stream.end
 
     def open(self) -> pb.Header:
         return self._loop.run(self._stream.open())
@@ -259,25 +288,10 @@ class _BlockingStream:
 class CodeStream(_BlockingStream):
     """Blocking twin of AsyncCodeStream: iterate for ReceivedChunks; `cancel()`, `ack()`, `header`, `end`."""
 
+    stream_id: _Forwarded[str] = _Forwarded("_stream.stream_id")
+
     def __next__(self) -> ReceivedChunk:
         return super().__next__()
-
-    @property
-    def stream_id(self) -> str:
-        return self._stream.stream_id
-
-    @property
-    def reference_codes(self) -> np.ndarray:
-        return self._stream.reference_codes
-
-    @property
-    def resumes(self) -> int:
-        return self._stream.resumes
-
-    @property
-    def replica(self) -> str | None:
-        """The replica a load balancer names for the stream (None: a direct connection)."""
-        return self._stream.replica
 
     def ack(self, seq: int) -> None:
         self._loop.call_soon(self._stream.ack, seq)
@@ -289,44 +303,19 @@ class CodeStream(_BlockingStream):
 class AudioStream(_BlockingStream):
     """Blocking twin of AsyncAudioStream: iterate for PcmChunks; `cancel()`, `header`, `end`, `stats`."""
 
+    stats: _Forwarded[AudioStreamStats] = _Forwarded("_stream.stats")
+    text: _Forwarded[str] = _Forwarded("_stream.text")
+    text_offset_played: _Forwarded[int | None] = _Forwarded("_stream.text_offset_played")
+    heard_text: _Forwarded[str | None] = _Forwarded("_stream.heard_text")
+
     def __next__(self) -> PcmChunk:
         return super().__next__()
-
-    @property
-    def stats(self) -> AudioStreamStats:
-        return self._stream.stats
-
-    @property
-    def resumes(self) -> int:
-        return self._stream.codes.resumes
-
-    @property
-    def replica(self) -> str | None:
-        """The replica a load balancer names for the stream (None: a direct connection)."""
-        return self._stream.codes.replica
-
-    @property
-    def reference_codes(self) -> np.ndarray:
-        """Voice-clone codes from the Header that primed the decoder (never played); (n, 16) int16."""
-        return self._stream.codes.reference_codes
-
-    @property
-    def text(self) -> str:
-        return self._stream.text
 
     def new_word_timings(self) -> list[WordTiming]:
         return self._stream.new_word_timings()
 
     def word_timestamps(self) -> list[WordTiming]:
         return self._stream.word_timestamps()
-
-    @property
-    def text_offset_played(self) -> int | None:
-        return self._stream.text_offset_played
-
-    @property
-    def heard_text(self) -> str | None:
-        return self._stream.heard_text
 
 
 class TextStream(AudioStream):

@@ -17,6 +17,7 @@ import time
 import grpc
 import numpy as np
 from codecstream.client.errors import CONNECTION_LOST, StreamEnded, Unavailable, from_rpc_error
+from codecstream.client.grpc_compat import latest_status
 from codecstream.protocol.metadata import REPLICA_HEADER
 from codecstream.protocol.reassembler import ReceivedChunk, StreamReassembler
 from codecstream.v1 import synthesis_pb2 as pb
@@ -29,7 +30,6 @@ _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 #: (grpc/grpc#36066): a stand-in the server's own status replaces a moment later.
 _WRITE_AFTER_CLOSE = "Internal error from Core"
 _REAL_STATUS_WAIT_S = 1.0
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class AsyncCodeStream:
@@ -163,7 +163,7 @@ class AsyncCodeStream:
 
     def _note_first_status(self, call) -> None:
         # The status the call ended with before anything could overwrite it (see _server_status).
-        self._first_status = getattr(getattr(call, "_cython_call", None), "_status", None)
+        self._first_status = latest_status(call)
 
     def _remaining(self) -> float | None:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
@@ -250,22 +250,16 @@ class AsyncCodeStream:
     async def _server_status(self, error: grpc.RpcError) -> grpc.RpcError:
         """`error`, or, when it is grpc.aio's stand-in for a write that raced the server closing the
         call (the first message can), the status the server sent: a refusal must reach the caller
-        as the refusal it is. grpc.aio keeps the latest status on its core call: the server's
-        arrives either before the stand-in (then the done callback noted it) or just after it."""
+        as the refusal it is. grpc.aio keeps the latest status on its core call (grpc_compat): the
+        server's arrives either before the stand-in (then the done callback noted it) or just after it."""
         if error.code() != grpc.StatusCode.INTERNAL or error.details() != _WRITE_AFTER_CLOSE:
             return error
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + _REAL_STATUS_WAIT_S
         while True:
-            for status in (self._first_status, getattr(getattr(self._call, "_cython_call", None), "_status", None)):
+            for status in (self._first_status, latest_status(self._call)):
                 if status is not None and status.details() != _WRITE_AFTER_CLOSE:
-                    return grpc.aio.AioRpcError(
-                        _STATUS_CODES.get(status.code(), grpc.StatusCode.UNKNOWN),
-                        grpc.aio.Metadata(),
-                        grpc.aio.Metadata(*status.trailing_metadata()),
-                        status.details(),
-                        status.debug_error_string(),
-                    )
+                    return status
             if loop.time() >= give_up_at:
                 return error
             await asyncio.sleep(0.01)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 import time
@@ -259,8 +258,12 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         buffers behind in gRPC (measured: ~0.3 MB a refused 8 MB request; grpc/grpc#43360). A
         client that is still sending is not waited for: read for the whole wait, a flood costs
         the server 20 ms of parsing a refused call."""
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.wait_for(_discard(requests, REFUSAL_HALF_CLOSE_WAIT_MESSAGES), REFUSAL_HALF_CLOSE_WAIT_S)
+        except asyncio.TimeoutError:
+            pass  # a client still sending: not waited for any longer
+        except Exception as error:  # the client went away or sent garbage: the refusal goes out regardless
+            log.debug("refused call: reading up to the client's half-close failed: %s", type(error).__name__)
 
     async def _begin(self, requests, context) -> tuple[StreamSession, int]:
         """The session the first message opens or resumes, and the seq to send from; Refusal otherwise."""

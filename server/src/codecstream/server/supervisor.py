@@ -122,8 +122,10 @@ class SourceSupervisor:
                 return False
             delay = self.policy.delay(attempt)
             await self._set(SourceState.FAILED, f"the engine failed ({failure}); restarting it")
-            with contextlib.suppress(Exception):
+            try:
                 await self.source.close()
+            except Exception:  # the engine failed: what is left of it may not close cleanly
+                log.warning("closing the failed engine before restarting it failed", exc_info=True)
             log.info("restarting the engine in %.1f s (attempt %d of %d)", delay, attempt, self.policy.max_attempts)
             await asyncio.sleep(delay)
             try:

@@ -154,8 +154,10 @@ class VllmTalkerGeneration(Generation):
         finally:
             if not self._finished:
                 await self.abort()
-            with contextlib.suppress(Exception):
+            try:
                 await self._outputs.aclose()
+            except Exception as error:  # another task may still be inside the generator
+                log.debug("request %s: closing its output stream failed: %s", self._request_id, _one_line(error))
 
     def _finish_reason(self, engine_reason: str) -> FinishReason:
         if self._aborted:
@@ -180,8 +182,10 @@ async def _abort_request(engine: Any, request_id: str, outputs: Any) -> None:
         log.info("request %s: abort failed: %s", request_id, error)
     if not outputs.ag_running:
         # Nobody is iterating: closing the generator lets AsyncOmni drop its request state now.
-        with contextlib.suppress(Exception):
+        try:
             await outputs.aclose()
+        except Exception as error:
+            log.debug("request %s: closing its output stream failed: %s", request_id, _one_line(error))
 
 
 class VllmTalkerSource(CodeSource):
@@ -393,9 +397,11 @@ class VllmTalkerSource(CodeSource):
         """Forget a growing request's text; the engine's counts for it (steps taken, schedules held)."""
         if self._engine is None:
             return None
-        with contextlib.suppress(Exception):
+        try:
             counts = [item for item in _flatten(await self._worker_rpc("codecstream_text_close", stream_id)) if item]
             return counts[0] if counts else None
+        except Exception as error:  # the stream is over either way; the engine may keep its text
+            log.warning("stream %s: the engine did not forget its growing text: %s", stream_id, _one_line(error))
         return None
 
     async def growing_requests_opened(self) -> int:
