@@ -337,7 +337,14 @@ class StreamSession:
         """End the stream now (cancel, disconnect, engine failure, shutdown); returns once End is decided.
 
         The generation is aborted and given STOP_WAIT_S to deliver its last step, so that what it
-        generated after the stop is counted; a generator that hangs is cancelled."""
+        generated after the stop is counted; a generator that hangs is cancelled. A stream stopped
+        before it started ends at once with the stop's reason, and its generation is aborted."""
+        if self.phase is Phase.OPENED:
+            self.phase = Phase.STOPPING
+            self._stop = StopRequest(reason, message, played_frames)
+            await self._abort_generation()
+            await self._finish(reason, message)
+            return
         if self.phase is Phase.GENERATING:
             self.phase = Phase.STOPPING
             self._stop = StopRequest(reason, message, played_frames)
