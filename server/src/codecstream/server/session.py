@@ -339,16 +339,13 @@ class StreamSession:
         The generation is aborted and given STOP_WAIT_S to deliver its last step, so that what it
         generated after the stop is counted; a generator that hangs is cancelled. A stream stopped
         before it started ends at once with the stop's reason, and its generation is aborted."""
-        if self.phase is Phase.OPENED:
+        if self.phase in (Phase.OPENED, Phase.GENERATING):
+            started = self.phase is Phase.GENERATING
             self.phase = Phase.STOPPING
             self._stop = StopRequest(reason, message, played_frames)
             await self._abort_generation()
-            await self._finish(reason, message)
-            return
-        if self.phase is Phase.GENERATING:
-            self.phase = Phase.STOPPING
-            self._stop = StopRequest(reason, message, played_frames)
-            await self._abort_generation()
+            if not started:  # no generation task will decide End
+                await self._finish(reason, message)
         if self._task is None:
             return
         with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):

@@ -102,17 +102,18 @@ class Preset:
     mean_frames: float
 
 
-def _release_speaker_encoder(enc_dim: int) -> dict:
-    """The released checkpoints' speaker encoder (ECAPA-TDNN); its x-vector is as wide as the talker."""
+def _speaker_encoder(enc_dim: int, channels: int = 512, attention_channels: int = 128) -> dict:
+    """An ECAPA-TDNN speaker encoder of the released layout (its x-vector as wide as the talker);
+    the released checkpoints' is `_speaker_encoder(enc_dim)`, the tiny preset's a narrow one."""
     return {
         "mel_dim": 128,
         "enc_dim": enc_dim,
-        "enc_channels": [512, 512, 512, 512, 1536],
+        "enc_channels": [channels] * 4 + [3 * channels],
         "enc_kernel_sizes": [5, 3, 3, 3, 1],
         "enc_dilations": [1, 2, 3, 4, 1],
-        "enc_attention_channels": 128,
+        "enc_attention_channels": attention_channels,
         "enc_res2net_scale": 8,
-        "enc_se_channels": 128,
+        "enc_se_channels": attention_channels,
         "sample_rate": SAMPLE_RATE_HZ,
     }
 
@@ -123,17 +124,7 @@ PRESETS: dict[str, Preset] = {
         code_predictor=TransformerShape(128, 1, 2, 1, 64, 256),
         text_hidden_size=128,
         mrope_section=(12, 10, 10),
-        speaker_encoder={
-            "mel_dim": 128,
-            "enc_dim": 128,
-            "enc_channels": [32, 32, 32, 32, 96],
-            "enc_kernel_sizes": [5, 3, 3, 3, 1],
-            "enc_dilations": [1, 2, 3, 4, 1],
-            "enc_attention_channels": 16,
-            "enc_res2net_scale": 8,
-            "enc_se_channels": 16,
-            "sample_rate": SAMPLE_RATE_HZ,
-        },
+        speaker_encoder=_speaker_encoder(128, channels=32, attention_channels=16),
         decoder_preset="tiny",
         tts_model_size="tiny",
         mean_frames=40.0,
@@ -143,7 +134,7 @@ PRESETS: dict[str, Preset] = {
         code_predictor=TransformerShape(1024, 5, 16, 8, 128, 3072),
         text_hidden_size=2048,
         mrope_section=(24, 20, 20),
-        speaker_encoder=_release_speaker_encoder(enc_dim=1024),
+        speaker_encoder=_speaker_encoder(enc_dim=1024),
         decoder_preset="real",
         tts_model_size="0b6",
         mean_frames=100.0,
@@ -155,7 +146,7 @@ PRESETS: dict[str, Preset] = {
         code_predictor=TransformerShape(1024, 5, 16, 8, 128, 3072),
         text_hidden_size=2048,
         mrope_section=(24, 20, 20),
-        speaker_encoder=_release_speaker_encoder(enc_dim=2048),
+        speaker_encoder=_speaker_encoder(enc_dim=2048),
         decoder_preset="real",
         tts_model_size="1b7",
         mean_frames=100.0,
