@@ -41,6 +41,12 @@ headline: the highest rate at which every stream completed and none underran.
     python3 benchmarks/gpu_serving_bench.py --system vllm-omni --url http://127.0.0.1:8091 --server-pid $! \
         --checkpoint /tmp/ck06 --preset 0.6b --rates 1,10,20,40 --seconds 20 --warmup 5 --merge
 
+    # a server that outlives the device command (started with setsid, measured by later commands):
+    setsid codecstream-server --model /tmp/ck17 --port 50051 --metrics-port 9100 \
+        --max-engine-requests-per-client 0 --max-streams-per-client 0 --rate-limit 0 > server.log 2>&1 &
+    python3 benchmarks/gpu_serving_bench.py --target 127.0.0.1:50051 --metrics-url http://127.0.0.1:9100/metrics \
+        --server-pid $! --checkpoint /tmp/ck17 --preset 1.7b --rates 1,10,20,40 --seconds 20 --warmup 5
+
 For vLLM-Omni each request is POST /v1/audio/speech with response_format "pcm" and stream_format
 "audio" (raw 16-bit mono PCM at 24 kHz, streamed as it is made) and max_new_tokens one more than
 the frame count (it returns max_new_tokens - 1 frames of audio: 19 for 20, 149 for 150, on the CPU
@@ -206,13 +212,23 @@ def summed(samples: dict[str, float], metric: str) -> float:
 
 
 class CodecstreamSystem:
-    """codecstream-server started here on a random checkpoint, streams through codecstream.client."""
+    """codecstream-server on a random checkpoint, streams through codecstream.client: started here, or
+    (--target) one the operator started, which outlives this run (a 1.7B engine's cold start alone can
+    take most of a device command's 10 minutes)."""
 
     name = "codecstream"
 
     def __init__(self, args, checkpoint: pathlib.Path) -> None:
         from codecstream.server.engine.deploy_config import CPU_DEPLOY_CONFIG, CUDA_DEPLOY_CONFIG
 
+        self.voice, self.language = args.voice, args.language
+        self.clients = []
+        self.channels = args.channels
+        self._next = 0
+        if args.target:
+            self._attach(args, CUDA_DEPLOY_CONFIG)
+            return
+        self.ready_timeout_s = None
         self.log = args.server_log or pathlib.Path(tempfile.gettempdir()) / "gpu_serving_bench_server.log"
         # All streams come from this one process: lift every per-client share and rate limit.
         server_args = [
@@ -237,18 +253,61 @@ class CodecstreamSystem:
         self.server_args = server_args + [arg for arg in args.server_arg if not arg.startswith("--deploy-config=")]
         print(f"[gpu_serving_bench] starting codecstream-server (log {self.log}) ...", file=sys.stderr, flush=True)
         self.server = ServerProcess(self.server_args, ready_timeout_s=1200.0, log=self.log)
+        self.start_s = self.server.start_s
         self.pid = self.server.process.pid
+        self.target = self.server.target
         self.metrics_url = f"http://127.0.0.1:{self.server.metrics_port}/metrics"
-        self.voice, self.language = args.voice, args.language
-        self.clients = []
-        self.channels = args.channels
-        self._next = 0
+
+    def _attach(self, args, default_deploy_config: pathlib.Path) -> None:
+        if not args.metrics_url:
+            raise SystemExit("gpu_serving_bench: --target needs --metrics-url (the server's --metrics-port)")
+        if args.engine_setting or args.server_arg or args.cpu:
+            raise SystemExit(
+                "gpu_serving_bench: with --target the server is the operator's: "
+                "--engine-setting, --server-arg and --cpu do not apply"
+            )
+        self.server, self.log, self.start_s = None, None, None
+        self.target, self.metrics_url, self.pid = args.target, args.metrics_url, args.server_pid
+        self.ready_timeout_s = args.ready_timeout
+        # What the record says the server ran comes from the process itself, not from this command.
+        command = psutil.Process(self.pid).cmdline() if self.pid else []
+        self.server_args = command
+        self.deploy_config = default_deploy_config
+        for flag, following in zip(command, [*command[1:], ""], strict=True):
+            if flag == "--deploy-config":
+                self.deploy_config = pathlib.Path(following)
+            elif flag.startswith("--deploy-config="):
+                self.deploy_config = pathlib.Path(flag.split("=", 1)[1])
+        self.engine_settings = {}
 
     async def open(self) -> None:
         from codecstream.client import AsyncClient
 
+        if self.server is None:
+            await self._wait_until_serving()
         # Several channels (HTTP/2 connections) so that hundreds of streams do not share one.
-        self.clients = [AsyncClient(self.server.target, resume_timeout_s=0) for _ in range(self.channels)]
+        self.clients = [AsyncClient(self.target, resume_timeout_s=0) for _ in range(self.channels)]
+
+    async def _wait_until_serving(self) -> None:
+        # The server answers NOT_SERVING on its health service until its engine has started.
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        async with grpc.aio.insecure_channel(self.target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                if self.pid is not None and not alive(self.pid):
+                    raise RuntimeError(f"the server (pid {self.pid}) exited before {self.target} served")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.target} did not serve within {self.ready_timeout_s:g} s")
+                await asyncio.sleep(2.0)
 
     async def stream(self, text: str, result: StreamResult) -> None:
         client = self.clients[self._next % len(self.clients)]
@@ -310,9 +369,12 @@ class CodecstreamSystem:
 
     def describe(self) -> dict:
         return {
-            "server_command": shlex.join(["codecstream-server", *self.server_args]),
-            "server_start_s": round(self.server.start_s, 1),
-            "server_log": str(self.log),
+            "server_command": shlex.join(
+                ["codecstream-server", *self.server_args] if self.server else self.server_args
+            ),
+            "attached_to": None if self.server else {"target": self.target, "server_pid": self.pid},
+            "server_start_s": round(self.start_s, 1) if self.start_s is not None else None,
+            "server_log": str(self.log) if self.log else None,
             "channels": self.channels,
             "deploy_config": str(self.deploy_config),
             "engine_settings": self.engine_settings,
@@ -324,7 +386,8 @@ class CodecstreamSystem:
     async def close(self) -> None:
         for client in self.clients:
             await client.close()
-        self.server.close()
+        if self.server is not None:  # an attached server is the operator's to stop
+            self.server.close()
 
 
 def engine_setting(text: str) -> tuple[str, object]:
@@ -654,8 +717,24 @@ def main() -> int:
     parser.add_argument("--voice", default="ryan")
     parser.add_argument("--language", default="English")
     parser.add_argument("--url", default="http://127.0.0.1:8091", help="vllm-omni: its API server")
-    parser.add_argument("--ready-timeout", type=float, default=1200.0, help="vllm-omni: seconds to wait for /health")
-    parser.add_argument("--server-pid", type=int, help="vllm-omni: its server's process id (for its CPU use)")
+    parser.add_argument(
+        "--target",
+        help="codecstream: measure the codecstream-server serving gRPC here (HOST:PORT) instead of one"
+        " started by this run; needs --metrics-url",
+    )
+    parser.add_argument(
+        "--metrics-url", help="codecstream with --target: its /metrics, e.g. http://127.0.0.1:9100/metrics"
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=1200.0,
+        help="a server started by the operator: seconds to wait until it serves (vllm-omni's /health, "
+        "codecstream's gRPC health)",
+    )
+    parser.add_argument(
+        "--server-pid", type=int, help="a server started by the operator: its process id (CPU use, command line)"
+    )
     parser.add_argument("--model-name", help="vllm-omni: the `model` field of each request (default: none sent)")
     parser.add_argument("--seed", type=int, default=0, help="arrivals and prompt order")
     parser.add_argument("--out", type=pathlib.Path)
