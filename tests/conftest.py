@@ -156,6 +156,22 @@ def cache(tmp_path, monkeypatch) -> pathlib.Path:
     return tmp_path / "cache"
 
 
+class TextRecordingReplay(ReplaySource):
+    """A replay source that keeps every request it serves, to show the text a server was sent
+    (`texts()`: each request's text as received so far, streamed text included)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests = []
+
+    async def open(self, request, stream_id: str):
+        self.requests.append(request)
+        return await super().open(request, stream_id)
+
+    def texts(self) -> list[str]:
+        return [request.text_so_far for request in self.requests]
+
+
 @pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,

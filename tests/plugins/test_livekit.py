@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import time
 
 import pytest
@@ -22,7 +23,7 @@ from codecstream.server.replay import ReplaySource
 from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError, LanguageCode
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
-from tests.conftest import random_codes, sample
+from tests.conftest import TextRecordingReplay, random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 NO_RETRY_WAIT = APIConnectOptions(max_retry=3, retry_interval=0.1, timeout=10)
@@ -290,3 +291,71 @@ async def test_livekit_language_codes_are_sent_as_the_models_language_names(repl
     await engine.aclose()
     with pytest.raises(ValueError, match="does not speak 'xx'"):
         CodecstreamTTS(server=server.target, decoder=checkpoint, language="xx")
+
+
+def say_it_right(text: str) -> str:
+    """A pronunciation fix as an application writes one: the brand name as it is said."""
+    return re.sub(r"\bMetformin\b", "met for min", text)
+
+
+async def say_it_right_async(text: str) -> str:
+    return say_it_right(text)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("transform", [say_it_right, say_it_right_async])
+async def test_text_transforms_change_what_is_spoken_and_the_transcript_keeps_the_text_as_written(
+    replay_server_factory, checkpoint, transform
+):
+    # Issue 40 conventions: pronunciation fixes on the client, so the words keep their timing.
+    server = replay_server_factory(
+        codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=TextRecordingReplay
+    )
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, text_transforms=[transform])
+    async with engine.stream() as stream:
+        for token in ["Take", " Met", "formin", " twice", " a day."]:  # the name split over two tokens
+            stream.push_text(token)
+        stream.end_input()
+        frames = [event.frame async for event in stream]
+    await engine.aclose()
+    assert server.source.texts() == ["Take met for min twice a day."]
+    words = words_in(frames)
+    assert "".join(words) == "Take Metformin twice a day."
+    assert [w.start_time for w in words] == sorted(w.start_time for w in words)
+
+
+@pytest.mark.asyncio
+async def test_a_whole_text_is_spoken_transformed_and_its_transcript_is_the_text_as_written(
+    replay_server_factory, checkpoint
+):
+    server = replay_server_factory(
+        codes=random_codes(10), decoder_digest=decoder_digest(checkpoint), source_class=TextRecordingReplay
+    )
+    transforming = CodecstreamTTS(server=server.target, decoder=checkpoint, text_transforms=[say_it_right])
+    written = words_in([event.frame async for event in transforming.synthesize("Take Metformin twice a day.")])
+    plain = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    spoken = words_in([event.frame async for event in plain.synthesize("Take met for min twice a day.")])
+    await transforming.aclose()
+    await plain.aclose()
+    assert server.source.texts() == ["Take met for min twice a day."] * 2
+    assert "".join(written) == "Take Metformin twice a day."
+    # Each word is timed where its spoken form is heard: "Metformin" from "met" to "min".
+    times = [(w.start_time, w.end_time) for w in written]
+    assert times[1] == (spoken[1].start_time, spoken[3].end_time)
+    assert times[:1] + times[2:] == [(w.start_time, w.end_time) for w in spoken[:1] + spoken[4:]]
+
+
+@pytest.mark.asyncio
+async def test_a_failing_text_transform_fails_the_stream_without_retrying_it(replay_server_factory, checkpoint):
+    def refuse(text: str) -> str:
+        raise ValueError("no secrets")
+
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, text_transforms=[refuse])
+    errors = []
+    engine.on("error", errors.append)
+    with pytest.raises(APIError, match=r"text transform.*no secrets"):
+        await asyncio.wait_for(engine.synthesize("The secret is out.", conn_options=NO_RETRY_WAIT).collect(), 30)
+    await engine.aclose()
+    assert len(errors) == 1 and errors[0].recoverable is False
+    assert sample(server, "codecstream_calls_total") == 0

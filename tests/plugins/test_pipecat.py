@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 import time
 
 import pytest
@@ -35,7 +36,7 @@ from pipecat.frames.frames import (
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
 
-from tests.conftest import random_codes, sample
+from tests.conftest import TextRecordingReplay, random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 FRAME_BYTES = SAMPLES_PER_FRAME * 2  # one frame of 16-bit PCM at the codec's rate
@@ -423,3 +424,74 @@ async def test_an_8_khz_telephony_pipeline_gets_audio_pipecat_s_twilio_serialize
     heard = np.frombuffer(back, dtype=np.int16).astype(np.float64)
     # mu-law keeps ~38 dB on speech-level signals; what it carries is this audio, not another.
     assert 10 * np.log10(np.sum(sent**2) / np.sum((sent - heard) ** 2)) > 25
+
+
+async def say_it_right(text: str, text_type: str) -> str:
+    """A pronunciation fix as an application writes one (Pipecat's TextTransform): the brand name as it is said."""
+    return re.sub(r"\bMetformin\b", "met for min", text)
+
+
+#: "Metformin" split over two tokens, as an LLM's tokenizer may write it.
+DOSE = ["Take", " Met", "formin", " twice", " a day."]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
+async def test_text_transforms_change_what_is_spoken_and_the_words_reported_are_the_ones_written(
+    replay_server_factory, checkpoint, mode
+):
+    # Issue 40 conventions: Pipecat applied text_transforms to each token alone (a word split over
+    # tokens was never fixed) and reported the words the TTS spoke ("met", "for", "min").
+    server = replay_server_factory(
+        codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=TextRecordingReplay
+    )
+    tts = CodecstreamTTSService(
+        server=server.target, decoder=checkpoint, text_aggregation_mode=mode, text_transforms=[("*", say_it_right)]
+    )
+    down = (await run_script(tts, [*reply(*DOSE), Until(TTSStoppedFrame)])).frames
+    assert server.source.texts() == ["Take met for min twice a day."]
+    assert words_of(down) == ["Take", "Metformin", "twice", "a", "day."]
+    times = [f.pts for f in down if isinstance(f, TTSTextFrame)]
+    assert times == sorted(times)
+    assert audio_bytes(down) == 10 * FRAME_BYTES
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
+async def test_an_interrupted_turn_with_a_text_transform_reports_only_written_words_heard(
+    replay_server_factory, checkpoint, mode
+):
+    server = replay_server_factory(codes=random_codes(200), fps=25.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(
+        server=server.target, decoder=checkpoint, text_aggregation_mode=mode, text_transforms=[("*", say_it_right)]
+    )
+    written = "Take Metformin twice a day with food, never on an empty stomach."
+    script = [*reply(*(f" {w}" for w in written.split())), Until(TTSTextFrame), Pause(0.4), InterruptionFrame()]
+    words = words_of((await run_script(tts, script)).frames)
+    # The words heard so far, as written: never a piece of what was spoken in place of one.
+    assert words == written.split()[: len(words)]
+    assert server.wait_until(lambda: sample(server, "codecstream_streams_ended_total", reason="cancelled") == 1)
+
+
+@pytest.mark.asyncio
+async def test_a_failing_text_transform_is_one_error_and_the_text_it_failed_on_is_not_spoken(
+    replay_server_factory, checkpoint
+):
+    # As Pipecat does for its own transforms: the text may be unsafe to speak untransformed.
+    async def refuse_secrets(text: str, text_type: str) -> str:
+        if "secret" in text:
+            raise ValueError("no secrets")
+        return text
+
+    server = replay_server_factory(
+        codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=TextRecordingReplay
+    )
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_transforms=[("*", refuse_secrets)])
+    result = await run_script(
+        tts, [*reply("Hello", " there.", " The", " secret", " is", " out."), Until(TTSStoppedFrame)]
+    )
+    assert "secret" not in server.source.texts()[0]
+    assert "secret" not in words_of(result.frames)
+    errors = [f for f in (*result.frames, *result.upstream) if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "no secrets" in errors[0].error
+    assert sum(isinstance(f, TTSStoppedFrame) for f in result.frames) == 1

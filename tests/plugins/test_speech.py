@@ -39,6 +39,7 @@ class ScriptedStream:
         self._pending: list[WordTiming] = []
         self._words_at_end = words_at_end
         self.text = TEXT
+        self.text_offset_played = len(TEXT)
 
     def __aiter__(self):
         return self

@@ -16,6 +16,11 @@ audio was handed to LiveKit, which plays it in real time). Word timings go out t
 frames that speak them: the talker's conditioning, not a forced alignment). `synthesize()` speaks
 a whole text. The decoder is the server's own (`decoder="auto"`, downloaded once and cached)
 unless a path is given; `update_options()` changes the voice and the rest for the next stream.
+
+`text_transforms=[fn]` (each `text -> text`, plain or async) change what is spoken, not the
+transcript: applied here to whole words, and the timed words LiveKit gets are the text as written,
+timed where their spoken form is heard (plugins/spoken_text.py). A session's own
+`tts_text_transforms` run before the TTS, so its transcript is the text they made.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import dataclasses
 import logging
 import pathlib
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
@@ -37,6 +42,7 @@ from codecstream.client.errors import (
     Unauthenticated,
 )
 from codecstream.client.plugins.speech import Speech, SpeechOptions
+from codecstream.client.plugins.spoken_text import SpokenText, TextTransform
 from codecstream.client.resample import StreamResampler
 from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
 from codecstream.client.synthesis import AsyncAudioStream
@@ -70,6 +76,7 @@ class CodecstreamTTS(tts.TTS):
         token: str | None = None,
         tls: bool | str | pathlib.Path = False,
         backend: str = "auto",
+        text_transforms: Sequence[TextTransform] = (),
     ) -> None:
         StreamResampler(sample_rate)  # a bad rate fails here, not at the first utterance
         if not (isinstance(decoder, str) and decoder == AUTO):
@@ -85,6 +92,8 @@ class CodecstreamTTS(tts.TTS):
         self._backend = backend
         #: What every stream is started with; `update_options` replaces it.
         self._opts = SpeechOptions(voice, language, instructions, seed, temperature, top_p, top_k)
+        #: Applied, in order, to the text of every stream before it is spoken.
+        self.text_transforms = list(text_transforms)
         self._client: AsyncClient | None = None
         self._decoder = None
         self._decoder_loading: asyncio.Task | None = None
@@ -230,21 +239,21 @@ _END_OF_INPUT = object()
 class _Output:
     """One stream's audio and words on their way to LiveKit."""
 
-    def __init__(self, stream: AsyncAudioStream, emitter: tts.AudioEmitter, sample_rate: int) -> None:
-        self.speech = Speech(stream, sample_rate)
+    def __init__(self, stream: AsyncAudioStream, text: SpokenText, emitter: tts.AudioEmitter, sample_rate: int) -> None:
+        self.speech = Speech(stream, sample_rate, text)
         #: Set at the first audio handed to LiveKit.
         self.first_audio = asyncio.Event()
         self._emitter = emitter
 
     async def run(self) -> None:
-        stream = self.speech.stream
+        text = self.speech.text
         async for handout in self.speech:
             if handout.first:
                 self.first_audio.set()
             if handout.words:
                 # LiveKit joins the strings: each word with the white space after it, as the text has them.
                 self._emitter.push_timed_transcript(
-                    [TimedString(_with_space_after(stream.text, w), w.start_s, w.end_s) for w in handout.words]
+                    [TimedString(_with_space_after(text.written, w), w.start_s, w.end_s) for w in handout.words]
                 )
             if handout.audio:
                 self._emitter.push(handout.audio)
@@ -254,6 +263,15 @@ class _Output:
         stream = self.speech.stream
         if stream.end is None:
             await asyncio.shield(stream.cancel(self.speech.played_frames()))
+
+
+async def _transformed(text: SpokenText, written: str, *, complete: bool) -> str:
+    """What to speak for `written` (SpokenText.push); a failing transform is the application's
+    error, and would fail the same way again."""
+    try:
+        return await text.push(written, complete=complete)
+    except Exception as error:
+        raise APIError(f"codecstream: a text transform failed on {written!r}: {error}", retryable=False) from error
 
 
 def _with_space_after(text: str, word: WordTiming) -> str:
@@ -276,8 +294,10 @@ class ChunkedStream(tts.ChunkedStream):
         output_emitter.initialize(
             request_id=uuid.uuid4().hex, sample_rate=engine.sample_rate, num_channels=1, mime_type=MIME_TYPE
         )
-        stream = client.synthesize(self.input_text, decoder=decoder, **engine._opts.start_options())
-        output = _Output(stream, output_emitter, engine.sample_rate)
+        text = SpokenText(engine.text_transforms)
+        spoken = await _transformed(text, self.input_text, complete=True)
+        stream = client.synthesize(spoken, decoder=decoder, **engine._opts.start_options())
+        output = _Output(stream, text, output_emitter, engine.sample_rate)
         text_given = asyncio.Event()
         text_given.set()
         try:
@@ -326,16 +346,19 @@ class SynthesizeStream(tts.SynthesizeStream):
         )
         output_emitter.start_segment(segment_id=request_id)
         stream = client.stream_text(decoder=decoder, **engine._opts.start_options())
-        output = _Output(stream, output_emitter, engine.sample_rate)
+        text = SpokenText(engine.text_transforms)
+        output = _Output(stream, text, output_emitter, engine.sample_rate)
         text_given = asyncio.Event()  # a flush or the input's end: the server can speak what it has
 
         async def send_text() -> None:
             while (item := await self._text.get()) is not _END_OF_INPUT:
                 if isinstance(item, self._FlushSentinel):
+                    stream.push_text(await _transformed(text, "", complete=True))
                     stream.flush()
                     text_given.set()
                 else:
-                    stream.push_text(item)
+                    stream.push_text(await _transformed(text, item, complete=False))
+            stream.push_text(await _transformed(text, "", complete=True))
             stream.end_input()
             text_given.set()
 

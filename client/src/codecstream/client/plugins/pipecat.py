@@ -23,6 +23,12 @@ forced alignment; waits for late audio included), so Pipecat's transcript of an 
 holds what was heard. An interruption cancels the stream on the server at once, reporting the
 frames played so far (estimated from when the audio was handed to Pipecat: Pipecat plays it in
 real time). Settings changed with TTSUpdateSettingsFrame apply from the next turn.
+
+`text_transforms` (Pipecat's convention: `[(text_type or "*", async (text, text_type) -> text)]`,
+and `add_text_transformer`) change what is spoken, not what is reported: the service applies them
+itself, to whole words (Pipecat applies them to each token alone, so a word split over tokens was
+never fixed), and reports the words as written, timed where their spoken form is heard
+(plugins/spoken_text.py), so the transcript and the assistant's context keep the LLM's text.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from codecstream.client.decoder_download import AUTO
 from codecstream.client.errors import CodecStreamError
 from codecstream.client.languages import model_language
 from codecstream.client.plugins.speech import OPTION_NAMES, Speech, start_options
+from codecstream.client.plugins.spoken_text import SpokenText
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.text_stream import AsyncTextStream
@@ -59,6 +66,7 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
+from pipecat.utils.errors import ErrorCategory
 
 #: How much longer than the server lets a stream wait for text a turn may go quiet before Pipecat
 #: gives up on it. Every turn is ended by its stream (TTSStoppedFrame); Pipecat's own 3 s default
@@ -100,6 +108,10 @@ class _Turn:
     @property
     def stream(self) -> AsyncTextStream:
         return self.speech.stream
+
+    @property
+    def text(self) -> SpokenText:
+        return self.speech.text
 
 
 class CodecstreamTTSService(TTSService):
@@ -155,6 +167,8 @@ class CodecstreamTTSService(TTSService):
         self._refused: set[str] = set()
         #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
         self._decoder_error: CodecStreamError | None = None
+        #: The type of the text run_tts is about to get (Pipecat's text_transforms are chosen by it).
+        self._text_type = "*"
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -216,6 +230,38 @@ class CodecstreamTTSService(TTSService):
         """Start options from the settings as they are now (TTSUpdateSettingsFrame applies per turn)."""
         return start_options(self._settings.given_fields())
 
+    async def _transform_text(self, text: str, text_type: str) -> str | None:
+        # Pipecat applies text_transforms here, to each token or sentence alone, and then reports the
+        # words the TTS spoke. The service applies them in run_tts instead (the words as written go
+        # to Pipecat): here Pipecat does the rest of its preparation with none, and the type is kept.
+        self._text_type = text_type
+        transforms, self._text_transforms = self._text_transforms, []
+        try:
+            return await super()._transform_text(text, text_type)
+        finally:
+            self._text_transforms = transforms
+
+    async def _apply_text_transforms(self, text: str) -> str:
+        for text_type, transform in self._text_transforms:
+            if text_type in (self._text_type, "*"):
+                text = await transform(text, self._text_type)
+        return text
+
+    async def _speak(self, turn: _Turn, text: str, *, complete: bool) -> None:
+        """Send `text` as its transforms have it (an unfinished word waits unless `complete`). A
+        transform that fails is the application's error, once, and the text it failed on is not
+        spoken (speaking it untransformed may not be safe), as Pipecat does for its own."""
+        try:
+            spoken = await turn.text.push(text, complete=complete)
+        except Exception as error:
+            await self.push_error(
+                error_msg=f"codecstream: a text transform failed on {text!r}: {error}",
+                exception=error,
+                category=ErrorCategory.APPLICATION,
+            )
+            return
+        turn.stream.push_text(spoken)
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the turn's stream (opened on its first text); audio arrives through the
         stream's reader task."""
@@ -233,12 +279,12 @@ class CodecstreamTTSService(TTSService):
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
                 # Pipecat strips the space between its sentences: without it "there.The" would be
                 # one word to the tokenizer and to the word timings.
-                if turn.stream.text and not turn.stream.text[-1].isspace() and not text[:1].isspace():
+                if turn.text.written and not turn.text.written[-1].isspace() and not text[:1].isspace():
                     text = " " + text
-                turn.stream.push_text(text)
+                await self._speak(turn, text, complete=True)
                 turn.stream.flush()  # Pipecat cut the sentence already
             else:
-                turn.stream.push_text(text)
+                await self._speak(turn, text, complete=False)
             await self.start_tts_usage_metrics(text)
         except CodecStreamError as error:
             # The context stays open for the rest of the reply: ended now, the reply's next text
@@ -252,7 +298,8 @@ class CodecstreamTTSService(TTSService):
         await self.start_ttfb_metrics()
         stream = self._client.stream_text(decoder=self._decoder, **self._request())
         await stream.open()
-        turn = _Turn(Speech(stream, self.sample_rate))
+        text = SpokenText([self._apply_text_transforms] if self._text_transforms else [])
+        turn = _Turn(Speech(stream, self.sample_rate, text))
         self._turns[context_id] = turn
         turn.reader = self.create_task(self._read(context_id, turn), f"codecstream-{context_id}")
         return turn
@@ -264,6 +311,7 @@ class CodecstreamTTSService(TTSService):
             await self._end_context(context_id)
         turn = self._turns.get(context_id)
         if turn is not None:
+            await self._speak(turn, "", complete=True)
             turn.stream.end_input()
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM) -> None:
@@ -329,7 +377,8 @@ class CodecstreamTTSService(TTSService):
         with contextlib.suppress(CodecStreamError):
             end = await turn.stream.cancel(played)
             if end is not None:
+                heard = turn.text.written_offset(end.text_offset_played)
                 logger.debug(
                     f"{self}: stream {turn.stream.codes.stream_id} cancelled after {played * FRAME_SECONDS:.2f} s "
-                    f"played; heard {end.text_offset_played} of {len(turn.stream.text)} characters"
+                    f"played; heard {heard} of {len(turn.text.written)} characters as written"
                 )

@@ -6,7 +6,9 @@ sampling); its language is the model's name, checked when the options are made. 
 stream's decoded chunks into `Handout`s, in the order a framework must take them: the words a
 chunk's audio completes, then that audio as 16-bit PCM at the framework's rate. It notes when each
 chunk was handed over (a PlayoutClock), from which a barge-in's played frames and a word's playout
-time follow. A plugin keeps only its framework's glue: where the words and the audio go.
+time follow. Its words are those of the text as written: a `SpokenText` maps the words the stream timed
+back through the plugin's text transforms. A plugin keeps only its framework's glue: where the
+words and the audio go.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from codecstream.client.languages import model_language
 from codecstream.client.playout import PlayoutClock
+from codecstream.client.plugins.spoken_text import SpokenText
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.synthesis import AsyncAudioStream
@@ -61,7 +64,7 @@ def start_options(values: Mapping[str, Any]) -> StartOptions:
 class Handout:
     """One step of a stream's speech, to hand to the framework now: `words` first, then `audio`."""
 
-    #: The words this audio completes (their times from the stream's first frame, not yet played out).
+    #: The words (as written) this audio completes (their times from the stream's first frame, not yet played out).
     words: list[WordTiming]
     #: 16-bit mono PCM at the framework's rate; may be empty (the resampler holds a few samples back).
     audio: bytes
@@ -76,8 +79,16 @@ class Speech(Generic[StreamT]):
     """One stream's speech on its way to a framework's player, which plays what it is handed in
     real time. Iterate it once, handing each Handout over as it comes."""
 
-    def __init__(self, stream: StreamT, sample_rate: int | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stream: StreamT,
+        sample_rate: int | None,
+        text: SpokenText | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stream = stream
+        #: The stream's text as written and as spoken (the same without text transforms).
+        self.text = text or SpokenText()
         #: When each chunk was handed over, by `clock`.
         self.playout = PlayoutClock()
         self._resampler = StreamResampler(sample_rate)
@@ -87,10 +98,11 @@ class Speech(Generic[StreamT]):
         first = True
         async for chunk in self.stream:
             self.playout.handed(self._clock(), chunk.num_frames)
-            yield Handout(self.stream.new_word_timings(), self._pcm16(chunk.samples), first)
+            yield Handout(self.text.written_words(self.stream.new_word_timings()), self._pcm16(chunk.samples), first)
             first = False
-        # The words the stream's end completes, and the resampler's tail.
-        tail = Handout(self.stream.new_word_timings(), self._pcm16(np.zeros(0, dtype=np.float32), last=True))
+        # The words the stream's end completes (as far as it was heard), and the resampler's tail.
+        words = self.text.written_words(self.stream.new_word_timings(), heard_to=self.stream.text_offset_played)
+        tail = Handout(words, self._pcm16(np.zeros(0, dtype=np.float32), last=True))
         if tail.words or tail.audio:
             yield tail
 
