@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
-from codecstream.server.engine.talker_source import FrameCursor
+from codecstream.server.engine.talker_frames import FrameCursor
 
 PROMPT_ROWS = 5
 

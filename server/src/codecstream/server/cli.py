@@ -198,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_source(args: argparse.Namespace) -> CodeSource:
-    """The code source the flags name, checked (files, checkpoint, engine installed) but not started."""
+def build_source(args: argparse.Namespace, limits: ServerLimits) -> CodeSource:
+    """The code source the flags name, checked (files, checkpoint, engine installed) but not
+    started; an engine warms up under `limits`, those the server serves with."""
     if args.replay is not None:
         try:
             return ReplaySource.from_file(args.replay, args.replay_fps, args.replay_checkpoint)
@@ -213,6 +214,7 @@ def build_source(args: argparse.Namespace) -> CodeSource:
             args.deploy_config,
             grow_streamed_text=args.streamed_text == "grow",
             engine_cache=args.engine_cache,
+            limits=limits,
         )
     except ImportError as error:
         raise StartupError(
@@ -309,7 +311,7 @@ async def _finished_before(task: asyncio.Future, event: asyncio.Event) -> bool:
 
 async def serve(args: argparse.Namespace) -> int:
     options = build_options(args)
-    source = build_source(args)
+    source = build_source(args, options.limits)
     server = CodecStreamServer(source, options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

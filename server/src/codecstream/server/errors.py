@@ -38,3 +38,10 @@ class SourceUnavailable(Exception):
 
 class TextInputViolation(Exception):
     """A TextInput the contract forbids; the message names the rule (never the client's text)."""
+
+
+def one_line(error: BaseException, limit: int = 200) -> str:
+    """An error as one line a log or a client can take: its message's first line, cut at `limit`
+    characters, or its type's name when it has no message."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 _CLAUSE_OR_SENTENCE = re.compile(r"[,;:.!?…，；：、。！？]")
 
 
-class GrowingSource(Protocol):
-    """What a growing generation needs of its engine (engine/talker_source.VllmTalkerSource)."""
+class GrowingRequests(Protocol):
+    """What a growing generation needs of its engine: the requests of the running talker
+    (engine/talker_requests.TalkerRequests), not the source that made them."""
 
     #: The checkpoint's text tokenizer, for use on the event loop only.
     text_tokenizer: Any
@@ -51,7 +52,7 @@ class GrowingSource(Protocol):
 class GrowingTalkerGeneration(Generation):
     def __init__(
         self,
-        source: GrowingSource,
+        requests: GrowingRequests,
         request: SynthesisRequest,
         stream_id: str,
         limits: ServerLimits,
@@ -59,12 +60,12 @@ class GrowingTalkerGeneration(Generation):
     ) -> None:
         super().__init__(max_frames)
         assert request.streamed_text is not None
-        self._source = source
+        self._requests = requests
         self._request = request
         self._text: StreamedText = request.streamed_text
         self._stream_id = stream_id
         self._limits = limits
-        self._tokens = IncrementalTokenizer(source.text_tokenizer)
+        self._tokens = IncrementalTokenizer(requests.text_tokenizer)
         self._pushed = 0  # characters of the received text given to the tokenizer
         self._flushed = 0  # characters flushed into the tokenizer
         self._fed = 0  # committed ids the engine has
@@ -155,7 +156,7 @@ class GrowingTalkerGeneration(Generation):
             return
         self._fed = len(self._tokens.ids)
         self._final_fed = self._tokens_ended
-        inner = await self._source.open_growing(self._request, self._stream_id, self._tokens.ids, self._final_fed)
+        inner = await self._requests.open_growing(self._request, self._stream_id, self._tokens.ids, self._final_fed)
         self._inner = inner
         feeder = asyncio.create_task(self._feed(inner))
         frames = 0
@@ -196,7 +197,7 @@ class GrowingTalkerGeneration(Generation):
             feeder.cancel()
             with contextlib.suppress(BaseException):
                 await feeder
-            self.engine_counts = await self._source.close_growing(self._stream_id)
+            self.engine_counts = await self._requests.close_growing(self._stream_id)
 
     def _frame_cap(self) -> int:
         """Frames the whole text may take (ServerLimits.segment_frame_cap of all of it)."""
@@ -209,7 +210,7 @@ class GrowingTalkerGeneration(Generation):
                 self._take_text()
                 new = self._tokens.ids[self._fed :]
                 if new or self._tokens_ended:
-                    await self._source.feed_growing(self._stream_id, new, self._tokens_ended)
+                    await self._requests.feed_growing(self._stream_id, new, self._tokens_ended)
                     self._fed += len(new)
                     self._final_fed = self._tokens_ended
                     continue

@@ -2,8 +2,9 @@
 
 vLLM adds an extension class's methods to whatever worker class the platform uses (vLLM-Omni's
 GPU workers on CUDA, codecstream's CPU workers here), and `AsyncOmni.collective_rpc` calls them
-by name, so the server can ask the engine itself what it holds instead of trusting its own books,
-and feed text into growing requests (text_feed.py).
+by name (worker_rpc.py, which takes the names from this class), so the server can ask the engine
+itself what it holds instead of trusting its own books, and feed text into growing requests
+(text_feed.py).
 """
 
 from __future__ import annotations
