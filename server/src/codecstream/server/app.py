@@ -19,7 +19,7 @@ import prometheus_client
 from codecstream.server.auth import BearerTokenInterceptor
 from codecstream.server.decoder_artifacts import DecoderArtifacts
 from codecstream.server.handlers import SERVICE_NAME, synthesis_handler
-from codecstream.server.limits import ServerLimits
+from codecstream.server.limits import ServerLimits, check_ranges
 from codecstream.server.loop_stalls import LoopStallWatchdog, Stall
 from codecstream.server.metrics import Metrics
 from codecstream.server.service import SynthesisService
@@ -56,6 +56,9 @@ class Keepalive:
     #: Clients may ping this often (an idle channel's own keepalive) without being refused.
     client_min_interval_s: float = 5.0
 
+    def __post_init__(self) -> None:
+        check_ranges(self, {"time_s": ("> 0", lambda value: value > 0)})
+
     def channel_options(self) -> list[tuple[str, int]]:
         return [
             ("grpc.keepalive_time_ms", int(self.time_s * 1000)),
@@ -90,6 +93,21 @@ class ServerOptions:
     decoder_artifacts: tuple[pathlib.Path, ...] = ()
     #: The monotonic clock (seconds) the per-client rate limits read; a test passes one it moves.
     clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        check_ranges(self, _OPTION_RANGES)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+
+
+#: A drain delay holds a stopping server (SIGTERM) that long before its streams get their grace:
+#: minutes would outlast any process supervisor's patience.
+MAX_DRAIN_DELAY_S = 300.0
+_OPTION_RANGES = {
+    "port": ("0-65535", lambda value: 0 <= value <= 65535),
+    "shutdown_grace_s": (">= 0", lambda value: value >= 0),
+    "drain_delay_s": (f"0-{MAX_DRAIN_DELAY_S:g}", lambda value: 0 <= value <= MAX_DRAIN_DELAY_S),
+}
 
 
 class CodecStreamServer:
@@ -141,9 +159,9 @@ class CodecStreamServer:
     async def start(self) -> int:
         """Bind, serve, then start the source; return the bound port (useful with port 0).
 
-        Raises BindError for a port that cannot be bound, ValueError for half a TLS configuration
-        or a decoder artifact that is not the source's, SourceStartError when the source fails to
-        start; whatever ends it, cancellation included, nothing is left running."""
+        Raises BindError for a port that cannot be bound, ValueError for a decoder artifact that is
+        not the source's, SourceStartError when the source fails to start; whatever ends it,
+        cancellation included, nothing is left running."""
         if self.options.decoder_artifacts:
             self.service.artifacts = await asyncio.to_thread(
                 DecoderArtifacts.load, self.options.decoder_artifacts, self.service.source.codec
@@ -172,9 +190,7 @@ class CodecStreamServer:
         _check_bindable(options.host, options.port, f"cannot serve gRPC on {address}")
         self.server = self._build_server()
         credentials = None
-        if options.tls_cert or options.tls_key:
-            if not (options.tls_cert and options.tls_key):
-                raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if options.tls_cert:
             credentials = grpc.ssl_server_credentials(
                 [(pathlib.Path(options.tls_key).read_bytes(), pathlib.Path(options.tls_cert).read_bytes())]
             )

@@ -21,7 +21,7 @@ from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
 from codecstream.server.engine.engine_cache import default_engine_cache
-from codecstream.server.limits import ServerLimits
+from codecstream.server.limits import OutOfRange, ServerLimits
 from codecstream.server.replay import ReplaySource
 from codecstream.server.source import CodeSource
 from codecstream.server.supervisor import RestartPolicy
@@ -204,6 +204,8 @@ def build_source(args: argparse.Namespace, limits: ServerLimits) -> CodeSource:
     if args.replay is not None:
         try:
             return ReplaySource.from_file(args.replay, args.replay_fps, args.replay_checkpoint)
+        except OutOfRange as error:
+            raise out_of_range(error) from None
         except (ProtocolError, ValueError, OSError) as error:
             raise StartupError(str(error)) from None
     try:
@@ -224,34 +226,37 @@ def build_source(args: argparse.Namespace, limits: ServerLimits) -> CodeSource:
         raise StartupError(str(error).splitlines()[0]) from None
 
 
-#: The range of each numeric flag (argparse dest -> (rule, test)); outside it the server does not
-#: start (a 0 stream limit would refuse every stream, a negative timeout drop every call).
-NUMERIC_FLAGS = {
-    "max_text_chars": (">= 1", lambda value: value >= 1),
-    "max_instructions_chars": (">= 0", lambda value: value >= 0),
-    "max_reference_seconds": (">= 0", lambda value: value >= 0),
-    "max_frames": (">= 1", lambda value: value >= 1),
-    "max_streams": (">= 1", lambda value: value >= 1),
-    "rate_limit": (">= 0", lambda value: value >= 0),
-    "max_streams_per_client": (">= 0", lambda value: value >= 0),
-    "max_engine_requests_per_client": (">= 0", lambda value: value is None or value >= 0),
-    "max_engine_wait": ("> 0", lambda value: value > 0),
-    "max_downloads_per_client": (">= 0", lambda value: value >= 0),
-    "max_downloads": (">= 1", lambda value: value >= 1),
-    "resume_window": (">= 0", lambda value: value >= 0),
-    "stalled_client_timeout": ("> 0", lambda value: value > 0),
-    "keepalive": ("> 0", lambda value: value > 0),
-    "engine_restarts": (">= 0", lambda value: value >= 0),
-    "replay_fps": (">= 0", lambda value: value >= 0),
-    "port": ("0-65535", lambda value: 0 <= value <= 65535),
+#: The flags that set a ServerLimits field (field -> argparse dest); ServerLimits checks their ranges.
+LIMIT_FLAGS = {
+    "max_text_chars": "max_text_chars",
+    "max_instructions_chars": "max_instructions_chars",
+    "max_reference_audio_s": "max_reference_seconds",
+    "max_frames": "max_frames",
+    "max_concurrent_streams": "max_streams",
+    "max_streams_per_client": "max_streams_per_client",
+    "streams_per_client_per_minute": "rate_limit",
+    "max_engine_requests_per_client": "max_engine_requests_per_client",
+    "max_engine_wait_s": "max_engine_wait",
+    "max_downloads_per_client": "max_downloads_per_client",
+    "max_concurrent_downloads": "max_downloads",
+    "resume_window_s": "resume_window",
+    "stalled_client_timeout_s": "stalled_client_timeout",
+}
+#: The flags that set a field of what else the server is built from, each checked where it is made.
+OTHER_FLAGS = {
+    "port": "port",
+    "shutdown_grace_s": "shutdown_grace",
+    "drain_delay_s": "drain_delay",
+    "time_s": "keepalive",  # Keepalive
+    "max_attempts": "engine_restarts",  # RestartPolicy
+    "frames_per_second": "replay_fps",  # ReplaySource
 }
 
 
-def check_numeric_flags(args: argparse.Namespace) -> None:
-    for dest, (rule, holds) in NUMERIC_FLAGS.items():
-        value = getattr(args, dest)
-        if not holds(value):
-            raise StartupError(f"--{dest.replace('_', '-')} must be {rule}, got {value:g}")
+def out_of_range(error: OutOfRange) -> StartupError:
+    """The error of a setting out of its range, naming the flag that set it."""
+    flag = "--" + {**LIMIT_FLAGS, **OTHER_FLAGS}[error.name].replace("_", "-")
+    return StartupError(f"{flag} must be {error.rule}, got {error.value:g}")
 
 
 def build_options(args: argparse.Namespace) -> ServerOptions:
@@ -260,41 +265,28 @@ def build_options(args: argparse.Namespace) -> ServerOptions:
         tokens = load_tokens(args.auth_token_file) if args.auth_token_file else frozenset()
     except (ProtocolError, ValueError, OSError) as error:
         raise StartupError(str(error)) from None
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise StartupError("TLS needs both --tls-cert and --tls-key")
-    if not 0 <= args.drain_delay <= 300 or args.shutdown_grace < 0:
-        raise StartupError("--drain-delay must be 0-300 s and --shutdown-grace at least 0")
-    check_numeric_flags(args)
-    limits = ServerLimits(
-        max_text_chars=args.max_text_chars,
-        max_instructions_chars=args.max_instructions_chars,
-        max_reference_audio_s=args.max_reference_seconds,
-        max_frames=args.max_frames,
-        max_concurrent_streams=args.max_streams,
-        max_streams_per_client=args.max_streams_per_client,
-        streams_per_client_per_minute=args.rate_limit,
-        max_engine_requests_per_client=args.max_engine_requests_per_client,
-        max_engine_wait_s=args.max_engine_wait,
-        max_downloads_per_client=args.max_downloads_per_client,
-        max_concurrent_downloads=args.max_downloads,
-        resume_window_s=args.resume_window,
-        stalled_client_timeout_s=args.stalled_client_timeout,
-        default_chunking=chunking,
-    )
-    return ServerOptions(
-        host=args.host,
-        port=args.port,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        auth_tokens=tokens,
-        metrics_port=args.metrics_port,
-        limits=limits,
-        keepalive=Keepalive(time_s=args.keepalive),
-        restart_policy=RestartPolicy(max_attempts=args.engine_restarts),
-        shutdown_grace_s=args.shutdown_grace,
-        drain_delay_s=args.drain_delay,
-        decoder_artifacts=tuple(args.decoder_artifact),
-    )
+    try:
+        limits = ServerLimits(
+            default_chunking=chunking, **{field: getattr(args, dest) for field, dest in LIMIT_FLAGS.items()}
+        )
+        return ServerOptions(
+            host=args.host,
+            port=args.port,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            auth_tokens=tokens,
+            metrics_port=args.metrics_port,
+            limits=limits,
+            keepalive=Keepalive(time_s=args.keepalive),
+            restart_policy=RestartPolicy(max_attempts=args.engine_restarts),
+            shutdown_grace_s=args.shutdown_grace,
+            drain_delay_s=args.drain_delay,
+            decoder_artifacts=tuple(args.decoder_artifact),
+        )
+    except OutOfRange as error:
+        raise out_of_range(error) from None
+    except ValueError as error:  # half a TLS pair
+        raise StartupError(str(error)) from None
 
 
 async def _finished_before(task: asyncio.Future, event: asyncio.Event) -> bool:

@@ -1,4 +1,5 @@
-"""What one server accepts and holds: its limits, and the per-client rate limiter."""
+"""What one server accepts and holds: its limits, how GetCodecInfo announces them, and the
+per-client rate limiter."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import collections
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from codecstream.protocol.chunking import ChunkSchedule
 
@@ -15,8 +18,45 @@ MAX_STREAM_ID_BYTES = 64
 MAX_CLIENT_REQUEST_ID_BYTES = 128
 
 
+class OutOfRange(ValueError):
+    """A setting outside the range it may take: `name` is its field, `rule` the range."""
+
+    def __init__(self, name: str, rule: str, value: float) -> None:
+        super().__init__(f"{name} must be {rule}, got {value:g}")
+        self.name, self.rule, self.value = name, rule, value
+
+
+def check_ranges(settings: object, ranges: Mapping[str, tuple[str, Callable[[Any], bool]]]) -> None:
+    """Raise OutOfRange for the first field of `settings` outside its range; None is no value."""
+    for name, (rule, holds) in ranges.items():
+        value = getattr(settings, name)
+        if value is not None and not holds(value):
+            raise OutOfRange(name, rule, value)
+
+
+#: The range of each limit (field -> (rule, test)); a server does not start outside it: a 0 stream
+#: limit would refuse every stream, a negative timeout drop every call.
+LIMIT_RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "max_text_chars": (">= 1", lambda value: value >= 1),
+    "max_instructions_chars": (">= 0", lambda value: value >= 0),
+    "max_reference_audio_s": (">= 0", lambda value: value >= 0),
+    "max_frames": (">= 1", lambda value: value >= 1),
+    "max_concurrent_streams": (">= 1", lambda value: value >= 1),
+    "streams_per_client_per_minute": (">= 0", lambda value: value >= 0),
+    "max_streams_per_client": (">= 0", lambda value: value >= 0),
+    "max_engine_requests_per_client": (">= 0", lambda value: value >= 0),
+    "max_engine_wait_s": ("> 0", lambda value: value > 0),
+    "max_downloads_per_client": (">= 0", lambda value: value >= 0),
+    "max_concurrent_downloads": (">= 1", lambda value: value >= 1),
+    "resume_window_s": (">= 0", lambda value: value >= 0),
+    "stalled_client_timeout_s": ("> 0", lambda value: value > 0),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
+    """What one server accepts and holds; checked against LIMIT_RANGES when made (OutOfRange)."""
+
     #: Longest Start.text, in characters.
     max_text_chars: int = 2_000
     #: Longest Start.instructions, in characters: vLLM-Omni's own Qwen3-TTS speech API allows 500.
@@ -107,6 +147,9 @@ class ServerLimits:
     segment_base_frames: int = 25
     segment_frames_per_char: float = 4.0
 
+    def __post_init__(self) -> None:
+        check_ranges(self, LIMIT_RANGES)
+
     def segment_frame_cap(self, chars: int) -> int:
         return self.segment_base_frames + math.ceil(self.segment_frames_per_char * chars)
 
@@ -117,6 +160,38 @@ class ServerLimits:
         gRPC refuses a larger message before it is parsed, which costs the server nothing."""
         strings = 4 * (self.max_text_chars + self.max_instructions_chars + self.max_reference_transcript_chars)
         return (self.max_reference_audio_bytes if reference_audio else 0) + strings + 64 * 1024
+
+
+def milliseconds(seconds: float) -> int:
+    """A duration as the contract states durations: whole milliseconds, rounded to the nearest."""
+    return round(seconds * 1000)
+
+
+def announced_limits(limits: ServerLimits) -> dict[str, Any]:
+    """The GetCodecInfoResponse fields that state `limits` as they are, in the contract's units.
+    The fields that also depend on the model or the engine (max_request_bytes,
+    max_streams_per_client, streamed_text_grows) are the service's to fill."""
+    return {
+        "max_text_chars": limits.max_text_chars,
+        "max_frames": limits.max_frames,
+        "default_chunking": limits.default_chunking.to_policy(),
+        "resume_window_ms": milliseconds(limits.resume_window_s),
+        "max_instructions_chars": limits.max_instructions_chars,
+        "max_reference_transcript_chars": limits.max_reference_transcript_chars,
+        "max_reference_audio_bytes": limits.max_reference_audio_bytes,
+        "min_reference_audio_ms": milliseconds(limits.min_reference_audio_s),
+        "max_reference_audio_ms": milliseconds(limits.max_reference_audio_s),
+        "first_message_timeout_ms": milliseconds(limits.first_message_timeout_s),
+        "stalled_client_timeout_ms": milliseconds(limits.stalled_client_timeout_s),
+        "min_clause_chars": limits.min_clause_chars,
+        "max_segment_chars": limits.max_segment_chars,
+        "text_idle_ms": milliseconds(limits.text_idle_s),
+        "start_gate_tokens": limits.start_gate_tokens,
+        "text_input_timeout_ms": milliseconds(limits.text_input_timeout_s),
+        "max_text_input_ms": milliseconds(limits.max_text_input_s),
+        "control_messages_per_s": limits.control_messages_per_s,
+        "control_message_burst": limits.control_message_burst,
+    }
 
 
 class RateLimiter:

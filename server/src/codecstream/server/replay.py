@@ -13,6 +13,7 @@ from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.protocol.digest import decoder_digest
 from codecstream.protocol.release import DIALECT_IDS, LANGUAGE_IDS, SPEAKER_DIALECTS, SPEAKER_IDS
 from codecstream.server.checkpoint_info import offering_of, read_checkpoint_info
+from codecstream.server.limits import check_ranges
 from codecstream.server.request import ModelOffering, SynthesisRequest, TaskType
 from codecstream.server.source import CodeSource, Event, Finished, FinishReason, Frames, Generation
 
@@ -90,6 +91,7 @@ class ReplaySource(CodeSource):
     ) -> None:
         self.recording = recording
         self.frames_per_second = frames_per_second
+        check_ranges(self, {"frames_per_second": (">= 0", lambda value: value >= 0)})  # 0: as fast as possible
         self.codec = qwen3_tts_12hz_spec(decoder_digest_value)
         self.model_name = model_name
         self.offering = offering or released_offering(with_base=len(recording.reference_codes) > 0)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import grpc
 from codecstream.protocol.preview import preview
 from codecstream.server import __version__
+from codecstream.server.admission import Admission
 from codecstream.server.auth import principal
 from codecstream.server.decoder_artifacts import (
     ArtifactNotOffered,
@@ -29,7 +30,7 @@ from codecstream.server.decoder_artifacts import (
 from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
 from codecstream.server.handlers import UnreadableMessage
 from codecstream.server.heap import release_free_heap
-from codecstream.server.limits import MAX_STREAM_ID_BYTES, RateLimiter, ServerLimits
+from codecstream.server.limits import MAX_STREAM_ID_BYTES, ServerLimits, announced_limits
 from codecstream.server.metrics import Metrics
 from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
 from codecstream.server.request import TaskType
@@ -75,12 +76,9 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.sessions: dict[str, StreamSession] = {}
         #: Decoder artifacts offered for download (the server's --decoder-artifact directories).
         self.artifacts = DecoderArtifacts()
-        self._rate_limiter = RateLimiter.per_minute(limits.streams_per_client_per_minute, clock)
-        self._message_rate = RateLimiter(limits.control_messages_per_s, limits.control_message_burst, clock)
+        self.admission = Admission(limits, lambda: source.engine_slots, clock)
         #: Why new streams are refused (UNAVAILABLE); None while serving.
         self._unavailable: str | None = STARTING
-        #: Stream slots taken by opens still waiting on the reference audio or the engine, by client.
-        self._opening_by: collections.Counter[str] = collections.Counter()
         #: Decoder downloads running or waiting for a slot, by client; and the slots.
         self._downloads_by: collections.Counter[str] = collections.Counter()
         self._download_slots = asyncio.Semaphore(limits.max_concurrent_downloads)
@@ -109,20 +107,6 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         return TaskType.BASE in self.source.offering.task_types
 
     @property
-    def engine_share(self) -> int:
-        """Streams one client may hold on this engine (ServerLimits.max_engine_requests_per_client); 0: any."""
-        slots, share = self.source.engine_slots, self.limits.max_engine_requests_per_client
-        if not slots or share == 0:
-            return 0
-        return max(1, slots // 2) if share is None else share
-
-    @property
-    def streams_per_client(self) -> int:
-        """The streams one client may hold: the tighter of the per-client limit and the engine share."""
-        limits = [n for n in (self.limits.max_streams_per_client, self.engine_share) if n]
-        return min(limits, default=0)
-
-    @property
     def max_request_bytes(self) -> int:
         return self.limits.max_request_bytes(reference_audio=self.takes_reference_audio)
 
@@ -131,35 +115,16 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
         if isinstance(request, UnreadableMessage):
             return self._refuse_unary(context, invalid(request.reason))
-        limits = self.limits
         return pb.GetCodecInfoResponse(
             codec=self.source.codec,
             model=self.source.model_name,
             server_version=__version__,
             languages=self.source.offering.languages,
             task_types=[TASK_TYPE_ENUMS[t] for t in self.source.offering.task_types],
-            max_text_chars=limits.max_text_chars,
-            max_frames=limits.max_frames,
-            default_chunking=limits.default_chunking.to_policy(),
-            resume_window_ms=round(limits.resume_window_s * 1000),
-            max_instructions_chars=limits.max_instructions_chars,
-            max_reference_transcript_chars=limits.max_reference_transcript_chars,
-            max_reference_audio_bytes=limits.max_reference_audio_bytes,
-            min_reference_audio_ms=round(limits.min_reference_audio_s * 1000),
-            max_reference_audio_ms=round(limits.max_reference_audio_s * 1000),
+            **announced_limits(self.limits),
             max_request_bytes=self.max_request_bytes,
-            first_message_timeout_ms=round(limits.first_message_timeout_s * 1000),
-            stalled_client_timeout_ms=round(limits.stalled_client_timeout_s * 1000),
-            min_clause_chars=limits.min_clause_chars,
-            max_segment_chars=limits.max_segment_chars,
-            text_idle_ms=round(limits.text_idle_s * 1000),
             streamed_text_grows=self._generator.grows_streamed_text,
-            start_gate_tokens=limits.start_gate_tokens,
-            text_input_timeout_ms=round(limits.text_input_timeout_s * 1000),
-            max_text_input_ms=round(limits.max_text_input_s * 1000),
-            max_streams_per_client=self.streams_per_client,
-            control_messages_per_s=limits.control_messages_per_s,
-            control_message_burst=limits.control_message_burst,
+            max_streams_per_client=self.admission.streams_per_client,
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
@@ -343,64 +308,24 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         if self._unavailable:
             raise Refusal("UNAVAILABLE", self._unavailable)
         parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
-        active = self._opening_by.total() + sum(1 for s in self.sessions.values() if not s.finished)
-        if active >= self.limits.max_concurrent_streams:
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"server is at its limit of {self.limits.max_concurrent_streams} concurrent streams",
-            )
         caller = self._caller(context)
-        per_client = self.limits.max_streams_per_client
-        held = self._opening_by[caller] + sum(
-            1 for s in self.sessions.values() if not s.finished and s.principal == caller
-        )
-        if per_client and held >= per_client:
-            raise Refusal(
-                "RESOURCE_EXHAUSTED", f"client {caller} holds {held} streams, the limit per client is {per_client}"
-            )
-        share = self.engine_share
-        if share and held >= share:
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"client {caller} holds {held} streams, its share of the engine's {self.source.engine_slots} "
-                f"request slots (max_engine_requests_per_client)",
-            )
-        # A client that overran its message budget opens nothing until the budget is whole again: a
-        # flood that reconnects as each call ends would otherwise open an engine request a call.
-        barred_s = self._message_rate.overdrawn_s(caller)
-        if barred_s:
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"client {caller} sent {self._message_rate_violation()}; "
-                f"it may start streams again in {barred_s:.1f} s",
-            )
-        wait_s = self._rate_limiter.try_acquire(caller)
-        if wait_s:
-            raise Refusal(
-                "RESOURCE_EXHAUSTED",
-                f"client {caller} exceeded {self.limits.streams_per_client_per_minute} streams per minute; "
-                f"retry in {wait_s:.1f} s",
-            )
+        running = [session.principal for session in self.sessions.values() if not session.finished]
         stream_id = uuid.uuid4().hex
-        # The slot is taken before the first await, so concurrent opens cannot all pass the limit.
-        self._opening_by[caller] += 1
-        try:
-            request = parsed.request
-            if request.task_type is TaskType.BASE:
-                request = dataclasses.replace(request, reference=await self._decode_reference(parsed.reference_audio))
-            generation = await self._generator.open(request, stream_id)
-        except Refusal:
-            raise
-        except SourceUnavailable as failure:
-            raise Refusal("UNAVAILABLE", str(failure)) from None
-        except Exception:
-            log.exception("stream %s: opening failed", stream_id)
-            self.metrics.errors.labels(kind="internal").inc()
-            raise Refusal("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
-        finally:
-            self._opening_by[caller] -= 1
-            if not self._opening_by[caller]:
-                del self._opening_by[caller]
+        with self.admission.admit(caller, running):
+            try:
+                request = parsed.request
+                if request.task_type is TaskType.BASE:
+                    reference = await self._decode_reference(parsed.reference_audio)
+                    request = dataclasses.replace(request, reference=reference)
+                generation = await self._generator.open(request, stream_id)
+            except Refusal:
+                raise
+            except SourceUnavailable as failure:
+                raise Refusal("UNAVAILABLE", str(failure)) from None
+            except Exception:
+                log.exception("stream %s: opening failed", stream_id)
+                self.metrics.errors.labels(kind="internal").inc()
+                raise Refusal("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
         session = StreamSession(
             stream_id,
             request,
@@ -456,11 +381,10 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         End(ERROR); the call then closes with INVALID_ARGUMENT. A half-close ends a streamed text."""
         try:
             async for message in requests:
-                if self._message_rate.try_acquire(session.principal):
-                    violation = self._message_rate_violation()
-                elif isinstance(message, UnreadableMessage):
+                violation = self.admission.control_message(session.principal)
+                if violation is None and isinstance(message, UnreadableMessage):
                     violation = message.reason
-                else:
+                elif violation is None:
                     violation = await self._apply(message, session)
                 if violation is None:
                     continue
@@ -472,10 +396,6 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             session.end_text_input()
         except (asyncio.CancelledError, grpc.RpcError, grpc.aio.UsageError):
             pass  # the call is over; the handler decides what happens to the session
-
-    def _message_rate_violation(self) -> str:
-        per_s, burst = self.limits.control_messages_per_s, self.limits.control_message_burst
-        return f"more than {per_s:g} messages a second (after a burst of {burst})"
 
     @staticmethod
     async def _apply(message: pb.SynthesizeRequest, session: StreamSession) -> str | None:

@@ -22,6 +22,7 @@ from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.protocol.text_timing import WordClock
 from codecstream.server.errors import GenerationFailed, Refusal, TextInputExpired, TextInputViolation
+from codecstream.server.limits import milliseconds
 from codecstream.server.metrics import Metrics
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Finished, FinishReason, Frames, Generation, SegmentEnd
@@ -158,7 +159,7 @@ class StreamSession:
             client_request_id=client_request_id,
             started_at=started_at,
             max_frames=self._max_frames,
-            resume_window_ms=round(resume_window_s * 1000),
+            resume_window_ms=milliseconds(resume_window_s),
         )
         #: Chunks not yet dropped: unsent ones always, sent ones until acked (resumable streams).
         self._chunks: collections.deque[pb.Chunk] = collections.deque()

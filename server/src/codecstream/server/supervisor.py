@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from codecstream.server.errors import SourceUnavailable
+from codecstream.server.limits import check_ranges
 from codecstream.server.metrics import Metrics
 from codecstream.server.source import CodeSource
 
@@ -40,6 +41,9 @@ class RestartPolicy:
     #: A source that served this long after a restart counts as recovered: its next failure
     #: starts the backoff over instead of continuing it (a request of death cannot loop fast).
     stable_after_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        check_ranges(self, {"max_attempts": (">= 0", lambda value: value >= 0)})
 
     def delay(self, attempt: int) -> float:
         return min(self.max_delay_s, self.first_delay_s * 2 ** (attempt - 1))
