@@ -10,13 +10,23 @@ decoder the server offers, downloaded once before the runs). Two servers, one af
 - a replay server at the codec's real-time pace (12.5 frames/s): the plugin's own cost, with the
   engine's out of the way.
 
-Per run: first audio (from the first token written to the first audio leaving the plugin), then,
-0.5 s after the whole reply was written, an interruption (Pipecat InterruptionFrame, LiveKit
-`aclose()`, the library's `cancel`): the time until the server has ended the stream CANCELLED
-(its metrics, polled every 2 ms), the audio that still left the plugin after the interruption,
-and the frames reported played against the audio handed out. Writes benchmarks/results/plugin_bench.json and .png.
+Two modes, both in the record:
 
-    .venv/bin/python benchmarks/plugin_bench.py          # ~6 min on 2 cores (engine start included)
+- warm: a turn of a plugin whose decoder is loaded and which has spoken a turn before. Per run:
+  first audio (from the first token written to the first audio leaving the plugin), then, 0.5 s
+  after the whole reply was written, an interruption (Pipecat InterruptionFrame, LiveKit
+  `aclose()`, the library's `cancel`): the time until the server has ended the stream CANCELLED
+  (its metrics, polled every 2 ms), the audio that still left the plugin after the interruption,
+  and the frames reported played against the audio handed out.
+- cold: the first turn of a fresh process with an empty decoder cache, its first token written the
+  moment the TTS starts (Pipecat's pipeline started, LiveKit's `prewarm()` called, the library's
+  `open_decoder()` called): first audio from then, so it counts the decoder's download, its
+  runtime's import and its session, as much as the plugin leaves inside the turn. The framework and
+  the plugin are imported before the clock starts, as an agent process has them by its first call.
+
+Writes benchmarks/results/plugin_bench.json and .png.
+
+    .venv/bin/python benchmarks/plugin_bench.py          # ~5-7 min on 2 cores (engine start included)
 """
 
 from __future__ import annotations
@@ -158,6 +168,83 @@ def result(first_audio_s, cancel_s, frames_after, played, handed, heard) -> dict
 RUNNERS = {"library": run_library, "pipecat": run_pipecat, "livekit": run_livekit}
 
 
+async def cold_library(target: str, tokens: list[str], seed: int) -> float:
+    from codecstream.client import AsyncClient
+
+    started = time.monotonic()
+    async with AsyncClient(target) as client:
+        await client.open_decoder()
+        stream = client.stream_text(voice="ryan", seed=seed)
+        await stream.open()
+        writer = asyncio.ensure_future(write_tokens(stream.push_text, tokens, started))
+        async for _ in stream:
+            first_audio = time.monotonic()
+            break
+        writer.cancel()
+        await stream.cancel(0)
+    return first_audio - started
+
+
+async def cold_pipecat(target: str, tokens: list[str], seed: int) -> float:
+    from codecstream.client.plugins.pipecat import CodecstreamTTSService
+    from codecstream.testing.pipecat_pipeline import Pause, Pushed, Until, run_script
+    from pipecat.frames.frames import (
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+
+    tts = CodecstreamTTSService(server=target, settings=CodecstreamTTSService.Settings(voice="ryan", seed=seed))
+    script: list = [LLMFullResponseStartFrame(), Pushed("first token")]
+    for token in tokens:
+        script += [LLMTextFrame(token), Pause(1 / TOKENS_PER_S)]
+    script += [LLMFullResponseEndFrame(), Until(TTSAudioRawFrame, timeout_s=120), InterruptionFrame()]
+    outcome = await run_script(tts, script)
+    first = next(t for f, t in zip(outcome.frames, outcome.times, strict=True) if isinstance(f, TTSAudioRawFrame))
+    return first - outcome.marks["start"]  # the decoder's load begins with the pipeline's start
+
+
+async def cold_livekit(target: str, tokens: list[str], seed: int) -> float:
+    from codecstream.client.plugins.livekit import CodecstreamTTS
+
+    engine = CodecstreamTTS(server=target, voice="ryan", seed=seed)
+    started = time.monotonic()
+    engine.prewarm()  # what LiveKit's session calls at its start
+    stream = engine.stream()
+    writer = asyncio.ensure_future(write_tokens(stream.push_text, tokens, started))
+    writer.add_done_callback(lambda _: stream.end_input())
+    async for _ in stream:
+        first_audio = time.monotonic()
+        break
+    await stream.aclose()
+    await engine.aclose()
+    return first_audio - started
+
+
+COLD_RUNNERS = {"library": cold_library, "pipecat": cold_pipecat, "livekit": cold_livekit}
+
+
+def cold_turn(server: ServerProcess, client: str, seed: int) -> dict:
+    """One cold first turn in a fresh process with an empty decoder cache (see the module's docstring)."""
+    with tempfile.TemporaryDirectory() as cache:
+        done = subprocess.run(
+            [sys.executable, __file__, "--cold-turn", client, "--target", server.target, "--seed", str(seed)],
+            env={**os.environ, "CODECSTREAM_CACHE_DIR": cache},
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+    return {"first_audio_ms": float(done.stdout.strip().splitlines()[-1]) * 1000}
+
+
+def run_cold_turn(client: str, target: str, seed: int) -> None:
+    # Imported before the clock starts, as an agent process has them by its first call.
+    import codecstream.client.plugins.livekit
+    import codecstream.client.plugins.pipecat  # noqa: F401
+
+    print(asyncio.run(COLD_RUNNERS[client](target, tokens_of(REPLY), seed)))
+
+
 def export_onnx(checkpoint: pathlib.Path) -> pathlib.Path:
     out = CACHE / "qwen3-tts-tiny-decoder-onnx"
     if not (out / "manifest.json").is_file():
@@ -171,9 +258,17 @@ def export_onnx(checkpoint: pathlib.Path) -> pathlib.Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=8, help="warm turns per client and server")
+    parser.add_argument("--cold-repeats", type=int, default=5, help="cold first turns per client and server")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "plugin_bench.json")
+    parser.add_argument("--cold-turn", choices=CLIENTS, help=argparse.SUPPRESS)  # one cold turn, in a child
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cold_turn:
+        run_cold_turn(args.cold_turn, args.target, args.seed)
+        return 0
+    started_on = machine()  # before the run: its load average is the one at the start
     from codecstream.protocol import save_codes_file
     from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
@@ -195,11 +290,19 @@ def main() -> int:
         server = ServerProcess([*server_args, "--decoder-artifact", str(artifact)])
         print(f"{server_name}: serving after {server.start_s:.1f} s", flush=True)
         try:
+            for repeat in range(args.cold_repeats):
+                for client in CLIENTS:
+                    entry = {"server": server_name, "client": client, "mode": "cold", "repeat": repeat}
+                    entry.update(cold_turn(server, client, seed=200 + repeat))
+                    runs.append(entry)
+                    print(
+                        f"{server_name:16s} {client:8s} cold #{repeat}: first audio {entry['first_audio_ms']:5.0f} ms"
+                    )
             for client in CLIENTS:  # warm-up turn each: the decoder download and first-shape costs
                 asyncio.run(RUNNERS[client](server, tokens, seed=99))
             for repeat in range(args.repeats):
                 for client in CLIENTS:  # interleaved: every client sees the same machine
-                    entry = {"server": server_name, "client": client, "repeat": repeat}
+                    entry = {"server": server_name, "client": client, "mode": "warm", "repeat": repeat}
                     entry.update(asyncio.run(RUNNERS[client](server, tokens, seed=1 + repeat)))
                     runs.append(entry)
                     print(
@@ -214,8 +317,12 @@ def main() -> int:
     summary = {}
     for server_name in servers:
         for client in CLIENTS:
-            mine = [r for r in runs if (r["server"], r["client"]) == (server_name, client)]
-            summary[f"{server_name} / {client}"] = {
+            cold = [r for r in runs if (r["server"], r["client"], r["mode"]) == (server_name, client, "cold")]
+            summary[f"{server_name} / {client} / cold"] = {
+                "first_audio_ms": percentiles([r["first_audio_ms"] for r in cold]),
+            }
+            mine = [r for r in runs if (r["server"], r["client"], r["mode"]) == (server_name, client, "warm")]
+            summary[f"{server_name} / {client} / warm"] = {
                 "first_audio_ms": percentiles([r["first_audio_ms"] for r in mine]),
                 "cancel_to_server_end_ms": percentiles([r["cancel_to_server_end_ms"] for r in mine]),
                 "frames_after_interrupt_max": max(r["frames_after_interrupt"] for r in mine),
@@ -224,12 +331,19 @@ def main() -> int:
                 ),
             }
     record = {
-        "machine": machine(),
+        "machine": started_on,
         "versions": versions("pipecat-ai", "livekit-agents", "onnxruntime", "grpcio", "vllm-omni"),
         "reply": REPLY,
         "tokens_per_s": TOKENS_PER_S,
         "listen_before_interrupt_s": LISTEN_S,
         "decoder": "decoder='auto': the server's ONNX stateful fp32 export of the tiny checkpoint",
+        "modes": {
+            "cold": "the first turn of a fresh process, empty decoder cache, first token at the TTS's start; "
+            "first audio from that start (download, runtime import, session, turn)",
+            "warm": "decoder loaded, one turn spoken before; first audio from the first token, then an interruption",
+        },
+        # Other work on the 2 cores during the run (load at the start: machine).
+        "load_average_1m_at_end": os.getloadavg()[0],
         "summary": summary,
         "runs": runs,
     }
@@ -245,21 +359,24 @@ def plot(record: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     servers = sorted({run["server"] for run in record["runs"]})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for axis, key, label in (
-        (axes[0], "first_audio_ms", "first audio after the first token (ms)"),
-        (axes[1], "cancel_to_server_end_ms", "interruption to the server's End(CANCELLED) (ms)"),
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for axis, mode, key, label in (
+        (axes[0], "cold", "first_audio_ms", "cold first turn: first audio after the TTS's start (ms)"),
+        (axes[1], "warm", "first_audio_ms", "warm: first audio after the first token (ms)"),
+        (axes[2], "warm", "cancel_to_server_end_ms", "warm: interruption to the server's End(CANCELLED) (ms)"),
     ):
         positions, values, names = [], [], []
         for s_index, server in enumerate(servers):
             for c_index, client in enumerate(CLIENTS):
-                mine = [r[key] for r in record["runs"] if (r["server"], r["client"]) == (server, client)]
+                mine = [
+                    r[key] for r in record["runs"] if (r["server"], r["client"], r["mode"]) == (server, client, mode)
+                ]
                 positions.append(s_index * (len(CLIENTS) + 1) + c_index)
                 values.append(mine)
                 names.append(f"{client}\n{server}")
         axis.boxplot(values, positions=positions, widths=0.7)
         axis.set_xticks(positions, names, fontsize=6)
-        axis.set_ylabel(label)
+        axis.set_ylabel(label, fontsize=8)
     fig.suptitle(f"voice-agent plugins vs the client library ({record['machine']['cpu']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
