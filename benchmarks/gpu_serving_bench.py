@@ -14,7 +14,8 @@ played out (80 ms a frame), and then resumes from that chunk.
 
 Per rate: p50/p95/p99 of first chunk and end to end (last chunk), both from the request's scheduled
 arrival time (so a client that falls behind its schedule counts against the server, and the
-record says how far behind it fell); streams that underran; the engine's batch occupancy (from
+record says how far behind it fell); streams that underran, and the playout buffer each stream
+would have needed not to (what a player that waits before starting would hear); the engine's batch occupancy (from
 the server's Prometheus metrics: mean batch = frames per second x mean step interval over the
 rate's window, and codecstream_streams_active sampled twice a second, which counts streams waiting
 for an engine slot too); server CPU (psutil, the server's whole process tree, in cores). The
@@ -132,6 +133,18 @@ def playout(arrivals: list[tuple[float, float]]) -> tuple[int, float]:
         else:
             played_until += audio_s
     return underruns, stall_s
+
+
+def buffer_needed(arrivals: list[tuple[float, float]]) -> float:
+    """Seconds a player must wait after the first piece before starting, for this stream never to
+    underrun: the most any piece arrives after its place in the audio. It equals the stall seconds of
+    `playout` (each stall shifts the rest of the stream by as much), and says what a client with a
+    playout buffer would hear where a strict player counts underruns."""
+    lag, audio_before = 0.0, 0.0
+    for at, audio_s in arrivals:
+        lag = max(lag, at - arrivals[0][0] - audio_before)
+        audio_before += audio_s
+    return lag
 
 
 def tails(values) -> dict:
@@ -583,6 +596,8 @@ def summarize(rate: float, seconds: float, results: list[StreamResult], window_s
         "underrunning_streams": sum(1 for underruns, _ in played if underruns),
         "underruns": sum(underruns for underruns, _ in played),
         "stall_ms_total": round(sum(stall for _, stall in played) * 1e3, 1),
+        # Per stream: the start-up buffer that would have kept it from underrunning (0 for most).
+        "playout_buffer_needed_ms": tails([buffer_needed(r.arrivals) * 1e3 for r in done]),
         "audio_seconds": round(sum(r.audio_s for r in results), 1),
         "audio_seconds_per_second": round(sum(r.audio_s for r in results) / window_s, 2),
         "window_s": round(window_s, 1),
