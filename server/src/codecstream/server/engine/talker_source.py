@@ -136,11 +136,7 @@ class VllmTalkerSource(CodeSource):
                 TalkerPrompts(loop_tokenizer, self.checkpoint),
             )
         load_omni_general_plugins()
-        # vLLM's CPU platform replaces the uniproc executor the deploy YAML asks for by the
-        # multiproc one unless this is 0 (it wants OpenMP set up before torch starts threads,
-        # which the stage's own fresh process does anyway). vLLM reads it only in its own
-        # LLMEngine, which AsyncOmni does not use. Growing requests need the uniproc executor.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        set_engine_environment()
         if self._engine_cache is not None:
             use_engine_cache(self._engine_cache)
         deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
@@ -231,3 +227,18 @@ class VllmTalkerSource(CodeSource):
         if self._requests is None:
             raise SourceUnavailable(NOT_RUNNING)
         return self._requests
+
+
+def set_engine_environment() -> None:
+    """The vLLM settings the engine needs, each left as it is where the operator set it."""
+    # vLLM's CPU platform replaces the uniproc executor the deploy YAML asks for by the
+    # multiproc one unless this is 0 (it wants OpenMP set up before torch starts threads,
+    # which the stage's own fresh process does anyway). vLLM reads it only in its own
+    # LLMEngine, which AsyncOmni does not use. Growing requests need the uniproc executor.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM samples top-k with FlashInfer's kernel, which FlashInfer compiles with nvcc at an
+    # engine's first start: about 100 s of a cold 1.7B start on an H100 (its profiling run
+    # took 107 s with it, 5 s without). PyTorch's top-k over the talker's 3,072 codes is a few
+    # small kernels a step (the 1.7B serving runs used it), and seeded requests use it anyway:
+    # FlashInfer's sampler takes no per-request generators.
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
