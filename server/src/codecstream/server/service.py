@@ -305,6 +305,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         return True
 
     async def _open(self, start: pb.Start, context) -> tuple[StreamSession, int]:
+        received_at = time.monotonic()
         if self._unavailable:
             raise Refusal("UNAVAILABLE", self._unavailable)
         parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
@@ -336,6 +337,7 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
             resume_window_s=self.limits.resume_window_s if start.resumable else 0.0,
             retained_chunks=self.limits.resume_retained_chunks,
             metrics=self.metrics,
+            received_at=received_at,
         )
         self.sessions[stream_id] = session
         session.start(self.source.codec)

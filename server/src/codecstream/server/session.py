@@ -132,7 +132,10 @@ class StreamSession:
         resume_window_s: float,
         retained_chunks: int,
         metrics: Metrics,
+        received_at: float | None = None,
     ) -> None:
+        """`received_at`: when the server received the Start (time.monotonic()); the stream's clock
+        starts there, so its time to first frame counts the request's opening (default: now)."""
         self.stream_id = stream_id
         #: Who started the stream: only they may resume it.
         self.principal = principal
@@ -148,9 +151,9 @@ class StreamSession:
         #: The words of the chunks sent, as the client times them: End.text_offset_played.
         self._words = WordClock()
         self._text_spoken_to = 0
-        self._started = time.monotonic()
+        self._started = time.monotonic() if received_at is None else received_at
         started_at = timestamp_pb2.Timestamp()
-        started_at.GetCurrentTime()
+        started_at.FromNanoseconds(time.time_ns() - round((time.monotonic() - self._started) * 1e9))
         reference = generation.reference_codes
         self.header = pb.Header(
             stream_id=stream_id,
