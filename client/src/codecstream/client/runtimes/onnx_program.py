@@ -10,10 +10,9 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
+from codecstream.client.runtimes.program import NumpyTensors, TensorInfo, check_signature, missing_runtime
 from codecstream.protocol.chunking import DEFAULT_RAMP
-from codecstream.protocol.manifest import Manifest, TensorSpec
+from codecstream.protocol.manifest import Manifest
 
 _ONNX_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(bfloat16)": "bfloat16"}
 
@@ -36,7 +35,7 @@ def gpu_provider() -> str | None:
     return next((p for p in PROVIDERS if p in available and p != "CPUExecutionProvider"), None)
 
 
-class OnnxProgram(Program):
+class OnnxProgram(NumpyTensors):
     # ONNX Runtime's CPU kernels are not specialised per shape: at real size, the first call of
     # each chunk size cost what its second did (2-25 frames; docs/performance.md), so one call,
     # which sets up the session's memory arena, is enough.
@@ -68,23 +67,14 @@ class OnnxProgram(Program):
         if provider != "CPU":
             self.warm_up_sizes = DEFAULT_RAMP  # GPU providers pick kernels per shape
         self.runtime = f"onnxruntime {ort.__version__} ({provider})"
-        bounds = dimension_bounds(manifest)
-        for kind, specs, found in (
-            ("inputs", manifest.inputs, self._session.get_inputs()),
-            ("outputs", manifest.outputs, self._session.get_outputs()),
-        ):
-            actual = [(t.name, tuple(t.shape), _ONNX_TYPES.get(t.type, t.type)) for t in found]
-            check_signature(str(path), kind, specs, actual, bounds)
+        inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
+        check_signature(str(path), manifest, map(_describe, inputs), map(_describe, outputs))
         self._names = [spec.name for spec in manifest.inputs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         return self._session.run(None, dict(zip(self._names, inputs, strict=True)))
 
-    def tensor(self, array: np.ndarray) -> Any:
-        return np.ascontiguousarray(array, dtype=np.int64)
 
-    def zeros(self, spec: TensorSpec) -> Any:
-        return np.zeros(spec.fixed_shape(), dtype=spec.dtype)
-
-    def samples(self, pcm: Any) -> np.ndarray:
-        return np.asarray(pcm, dtype=np.float32)[0]
+def _describe(value) -> TensorInfo:
+    """(name, shape with a name for a dynamic dimension, dtype) of a session's input or output."""
+    return value.name, tuple(value.shape), _ONNX_TYPES.get(value.type, value.type)

@@ -35,8 +35,8 @@ from codecstream.client.runtimes.openvino_fusion import (
     fused_count,
     merge_parallel_matmuls,
 )
-from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
-from codecstream.protocol.manifest import Manifest, TensorSpec
+from codecstream.client.runtimes.program import NumpyTensors, TensorInfo, check_signature, missing_runtime
+from codecstream.protocol.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def _import_openvino():
     return openvino
 
 
-class OpenVinoProgram(Program):
+class OpenVinoProgram(NumpyTensors):
     # Each new chunk size compiles its kernels on its first call (15-55 ms more at real size), so
     # the default ramp's sizes are warmed at load, as for the torch runtimes; the last chunk of an
     # utterance may still be a size of its own and pay it once.
@@ -97,12 +97,8 @@ class OpenVinoProgram(Program):
         self.fused_snake_beta = fused_count(self._compiled)
         origin = ", compiled program from the cache" if imported else ""
         self.runtime = f"OpenVINO {version} (CPU, {self.fused_snake_beta} SnakeBeta fused{origin})"
-        bounds = dimension_bounds(manifest)
-        for kind, specs, ports in (
-            ("inputs", manifest.inputs, self._compiled.inputs),
-            ("outputs", manifest.outputs, self._compiled.outputs),
-        ):
-            check_signature(str(path), kind, specs, [_describe(port) for port in ports], bounds)
+        inputs, outputs = self._compiled.inputs, self._compiled.outputs
+        check_signature(str(path), manifest, map(_describe, inputs), map(_describe, outputs))
         self._names = [spec.name for spec in manifest.inputs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
@@ -110,17 +106,8 @@ class OpenVinoProgram(Program):
         results = self._request.infer(dict(zip(self._names, inputs, strict=True)), share_inputs=True)
         return list(results.values())
 
-    def tensor(self, array: np.ndarray) -> Any:
-        return np.ascontiguousarray(array, dtype=np.int64)
 
-    def zeros(self, spec: TensorSpec) -> Any:
-        return np.zeros(spec.fixed_shape(), dtype=spec.dtype)
-
-    def samples(self, pcm: Any) -> np.ndarray:
-        return np.asarray(pcm, dtype=np.float32)[0]
-
-
-def _describe(port) -> tuple[str, tuple, str]:
+def _describe(port) -> TensorInfo:
     """(name, shape with None for a dynamic dimension, dtype) of a compiled model's port."""
     shape = tuple(dim.get_length() if dim.is_static else None for dim in port.get_partial_shape())
     element = port.get_element_type().get_type_name()

@@ -1,15 +1,16 @@
 """`Program`: one loaded graph file, called with the backend's own tensors.
 
-Each backend (ONNX Runtime, ExecuTorch, torch.export) wraps its runtime in a Program; the
-stateful and windowed decoders in `artifact.py` drive any of them the same way. Keeping tensors
-native between calls matters: ExecuTorch and .pt2 state stays in torch tensors (bf16 has no numpy
-dtype), ONNX Runtime state in numpy arrays.
+Each backend (ONNX Runtime, OpenVINO, ExecuTorch, torch.export) wraps its runtime in a Program;
+the stateful and windowed decoders in `artifact.py` drive any of them the same way. Keeping
+tensors native between calls matters: ExecuTorch and .pt2 state stays in torch tensors
+(`TorchTensors`: bf16 has no numpy dtype), ONNX Runtime and OpenVINO state in numpy arrays
+(`NumpyTensors`).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,19 +43,58 @@ class Program(abc.ABC):
         """The (1, n) PCM output as an (n,) float32 numpy array."""
 
 
-def check_signature(
-    where: str,
-    kind: str,
-    expected: Sequence[TensorSpec],
-    actual: Sequence[tuple[str | None, tuple, str]],
-    bounds: dict[str, int],
-) -> None:
-    """Raise DecoderLoadError unless the graph's inputs or outputs (`kind`) are the manifest's.
+class NumpyTensors(Program):
+    """Tensors of runtimes that take and return numpy arrays (ONNX Runtime, OpenVINO)."""
 
-    `actual` holds (name or None, shape, dtype) per tensor; a dimension the manifest names is
-    compared with `bounds[name]` when the runtime reports its upper bound as an int (ExecuTorch),
-    and not compared when the runtime keeps it symbolic (ONNX Runtime, torch.export).
+    def tensor(self, array: np.ndarray) -> Any:
+        return np.ascontiguousarray(array, dtype=np.int64)
+
+    def zeros(self, spec: TensorSpec) -> Any:
+        return np.zeros(spec.fixed_shape(), dtype=spec.dtype)
+
+    def samples(self, pcm: Any) -> np.ndarray:
+        return np.asarray(pcm, dtype=np.float32)[0]
+
+
+class TorchTensors(Program):
+    """Tensors of runtimes that take and return torch tensors (torch.export, ExecuTorch).
+
+    `self._torch` is the torch module, which the subclass imports when it loads (this module
+    must import without torch)."""
+
+    _torch: Any
+
+    def tensor(self, array: np.ndarray) -> Any:
+        return self._torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
+
+    def zeros(self, spec: TensorSpec) -> Any:
+        return self._torch.zeros(spec.fixed_shape(), dtype=getattr(self._torch, spec.dtype))
+
+    def samples(self, pcm: Any) -> np.ndarray:
+        return pcm[0].float().numpy()
+
+
+#: What a runtime reports of one graph input or output: (name or None, shape, dtype).
+TensorInfo = tuple[str | None, tuple, str]
+
+
+def check_signature(
+    where: str, manifest: Manifest, inputs: Iterable[TensorInfo], outputs: Iterable[TensorInfo]
+) -> None:
+    """Raise DecoderLoadError unless the graph's inputs and outputs are the manifest's.
+
+    A dimension the manifest names is compared with its upper bound (`dimension_bounds`) when the
+    runtime reports that bound as an int (ExecuTorch), and not compared when the runtime keeps it
+    symbolic (ONNX Runtime, OpenVINO, torch.export).
     """
+    bounds = dimension_bounds(manifest)
+    _check_tensors(where, "inputs", manifest.inputs, list(inputs), bounds)
+    _check_tensors(where, "outputs", manifest.outputs, list(outputs), bounds)
+
+
+def _check_tensors(
+    where: str, kind: str, expected: Sequence[TensorSpec], actual: Sequence[TensorInfo], bounds: dict[str, int]
+) -> None:
     if len(actual) != len(expected):
         raise DecoderLoadError(
             f"{where} does not match its manifest: the graph has {len(actual)} {kind}, "

@@ -16,15 +16,14 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
 
-import numpy as np
-from codecstream.client.runtimes.program import Program, check_signature, dimension_bounds, missing_runtime
-from codecstream.protocol.manifest import Manifest, TensorSpec
+from codecstream.client.runtimes.program import TensorInfo, TorchTensors, check_signature, missing_runtime
+from codecstream.protocol.manifest import Manifest
 
 # ExecuTorch ScalarType codes reported by TensorInfo.dtype().
 _SCALAR_TYPES = {4: "int64", 6: "float32", 15: "bfloat16"}
 
 
-class PteProgram(Program):
+class PteProgram(TorchTensors):
     def __init__(self, path: pathlib.Path, manifest: Manifest, threads: int | None) -> None:
         try:
             import torch
@@ -39,16 +38,9 @@ class PteProgram(Program):
         program = Runtime.get().load_program(path)
         self._method = program.load_method("forward")
         meta = program.metadata("forward")
-        bounds = dimension_bounds(manifest)
-        for kind, specs, count, info in (
-            ("inputs", manifest.inputs, meta.num_inputs(), meta.input_tensor_meta),
-            ("outputs", manifest.outputs, meta.num_outputs(), meta.output_tensor_meta),
-        ):
-            actual = [
-                (None, tuple(info(i).sizes()), _SCALAR_TYPES.get(info(i).dtype(), str(info(i).dtype())))
-                for i in range(count)
-            ]
-            check_signature(str(path), kind, specs, actual, bounds)
+        inputs = [_describe(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
+        outputs = [_describe(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())]
+        check_signature(str(path), manifest, inputs, outputs)
         self.runtime = f"executorch {version('executorch')} (XNNPACK)"
         self._one_call_at_a_time = threading.Lock()
         self._prime(manifest)
@@ -73,14 +65,10 @@ class PteProgram(Program):
         with self._one_call_at_a_time:
             return [output.clone() for output in self._method.execute(list(inputs))]
 
-    def tensor(self, array: np.ndarray) -> Any:
-        return self._torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
 
-    def zeros(self, spec: TensorSpec) -> Any:
-        return self._torch.zeros(spec.fixed_shape(), dtype=getattr(self._torch, spec.dtype))
-
-    def samples(self, pcm: Any) -> np.ndarray:
-        return pcm[0].float().numpy()
+def _describe(info) -> TensorInfo:
+    """(no name, shape with the upper bound of a dynamic dimension, dtype) of a method's tensor."""
+    return None, tuple(info.sizes()), _SCALAR_TYPES.get(info.dtype(), str(info.dtype()))
 
 
 def _runtime() -> tuple[Any, Any]:
