@@ -40,10 +40,10 @@ import time
 
 import numpy as np
 from bench_record import RESULTS, machine, peak_rss_mb, random_codes, versions, write_record
+from codecstream.protocol.decoding import FRAME_SECONDS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "artifact_bench"
-FRAME_SECONDS = 0.08
 #: backend name -> (artifact format or "torch", dtype)
 BACKENDS = {
     "eager": ("torch", "fp32"),

@@ -12,6 +12,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
+from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 #: Instruction-set extensions that change which kernels the runtimes pick.
@@ -87,7 +88,7 @@ def write_record(record: dict, out: pathlib.Path, plot=None) -> None:
 
 
 def random_codes(frames: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+    return np.random.default_rng(seed).integers(0, CODEBOOK_SIZE, size=(frames, NUM_CODEBOOKS), dtype=np.int16)
 
 
 def decode_call_seconds(decoder, chunk: int, calls: int, seed: int) -> list[float]:

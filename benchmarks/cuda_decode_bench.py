@@ -39,10 +39,10 @@ import time
 import numpy as np
 from bench_record import decode_call_seconds, random_codes
 from codecstream.protocol.chunking import ChunkSchedule
+from codecstream.protocol.decoding import FRAME_SECONDS
 from codecstream.protocol.pcm import snr_db
 
 CHUNKS = (1, 2, 4, 8, 16, 25)
-FRAME_SECONDS = 0.08
 PARITY_FRAMES = 200
 STREAMS = 4
 STREAM_FRAMES = 100

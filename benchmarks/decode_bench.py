@@ -37,13 +37,13 @@ from pathlib import Path
 
 import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
-from bench_record import machine, peak_rss_mb, versions
+from bench_record import machine, peak_rss_mb, random_codes, versions
+from codecstream.protocol.decoding import FRAME_SECONDS, SAMPLES_PER_FRAME
 from codecstream.protocol.pcm import snr_db
 
 REPO = Path(__file__).resolve().parents[1]
 CHUNKS = (1, 2, 4, 8, 16, 25)
 STREAM_MODES = ("stateful", "windowed", "windowed-plain")
-FRAME_SECONDS = 0.08
 
 
 def log(message: str) -> None:
@@ -64,7 +64,7 @@ def cpu_pressure() -> float | None:
 
 
 def bench_codes(frames: int) -> np.ndarray:
-    return np.random.default_rng(1234).integers(0, 2048, size=(frames, 16), dtype=np.int16)
+    return random_codes(frames, 1234)
 
 
 # -- workers: each runs in its own process and prints one JSON object on stdout ----------------------
@@ -150,6 +150,7 @@ def worker_stream(args) -> dict:
         decoder.reset()
         median = float(np.median(times))
         streamed = np.concatenate(pieces)
+        decoded = frames * SAMPLES_PER_FRAME
         results[str(chunk)] = {
             "frames": frames,
             "calls": len(times),
@@ -160,7 +161,7 @@ def worker_stream(args) -> dict:
             "rtf_best_call": round(min(times) / (chunk * FRAME_SECONDS), 4),
             "first_chunk_ms": round(first * 1000, 1),
             "cpu_pressure_avg10_after": cpu_pressure(),
-            **{f"vs_full_{k}": v for k, v in parity(full[context * 1920 :][: frames * 1920], streamed).items()},
+            **{f"vs_full_{k}": v for k, v in parity(full[context * SAMPLES_PER_FRAME :][:decoded], streamed).items()},
         }
         log(f"  {args.init} {args.mode} C={chunk}: {results[str(chunk)]}")
     out = {
@@ -233,7 +234,7 @@ def plot(results: dict, path: Path) -> None:
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
     axis.set_xticks(CHUNKS, [str(c) for c in CHUNKS])
-    axis.set_xlabel("chunk size C (frames of 80 ms)")
+    axis.set_xlabel(f"chunk size C (frames of {FRAME_SECONDS * 1000:g} ms)")
     axis.set_ylabel("RTF (decode time / audio time)")
     axis.set_title(f"Qwen3-TTS 12 Hz decoder, real size, eager fp32, {results['threads']} threads\n"
                    f"{results['machine']['cpu_model']}", fontsize=9)  # fmt: skip
@@ -284,8 +285,9 @@ def drive(args) -> None:
         "precision": "fp32, eager PyTorch",
         "checkpoint": "random weights, real size (114.3 M parameters), seed 0; codes uniform random, seed 1234",
         "notes": [
-            "RTF = median ms per chunk / (C x 80 ms); first_chunk_ms = first decode of a fresh stream "
-            "after one warm-up stream in the same process; cold_process_first_2_frame_chunk_ms has no warm-up.",
+            f"RTF = median ms per chunk / (C x {FRAME_SECONDS * 1000:g} ms); first_chunk_ms = first decode of a "
+            "fresh stream after one warm-up stream in the same process; cold_process_first_2_frame_chunk_ms has no "
+            "warm-up.",
             "Windowed modes are timed mid-utterance (72 frames of context primed first); the stateful decoder "
             "streams from frame 0 (its cost does not depend on the position).",
             "Each mode runs in its own process; peak_rss_mb is that process's peak (model + derived tables + "

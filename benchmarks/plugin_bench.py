@@ -42,16 +42,15 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-from bench_record import RESULTS, machine, percentiles, versions, write_record
+from bench_record import RESULTS, machine, percentiles, random_codes, versions, write_record
 from bench_servers import ServerProcess
+from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND, SAMPLES_PER_FRAME
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench-checkpoints"
 REPLY = "Sure, I can help with that. The next train to the airport leaves at nine from platform four."
 TOKENS_PER_S = 20.0
 LISTEN_S = 0.5
-FRAME_S = 0.08
 CLIENTS = ("library", "pipecat", "livekit")
 CANCELLED = 'codecstream_streams_ended_total{reason="cancelled"}'
 
@@ -93,7 +92,7 @@ async def run_library(server: ServerProcess, tokens: list[str], seed: int) -> di
             if time.monotonic() >= interrupt_at:
                 break
         asked = time.monotonic()
-        played = min(handed, int((asked - first_audio) / FRAME_S))
+        played = min(handed, int((asked - first_audio) / FRAME_SECONDS))
         end = await stream.cancel(played)
         confirmed = await asyncio.wait_for(watcher, 10)
     return result(first_audio - started, confirmed - asked, 0, played, handed, end.text_offset_played if end else None)
@@ -121,9 +120,9 @@ async def run_pipecat(server: ServerProcess, tokens: list[str], seed: int) -> di
     confirmed = await asyncio.wait_for(watcher, 10)
     audio = [(t, f) for f, t in zip(outcome.frames, outcome.times, strict=True) if isinstance(f, TTSAudioRawFrame)]
     interrupt = outcome.marks["interrupt"]
-    handed = sum(len(f.audio) for _, f in audio) // (2 * 1920)
-    after = sum(len(f.audio) for t, f in audio if t > interrupt) // (2 * 1920)
-    played = min(handed, int((interrupt - audio[0][0]) / FRAME_S))
+    handed = sum(len(f.audio) for _, f in audio) // (2 * SAMPLES_PER_FRAME)
+    after = sum(len(f.audio) for t, f in audio if t > interrupt) // (2 * SAMPLES_PER_FRAME)
+    played = min(handed, int((interrupt - audio[0][0]) / FRAME_SECONDS))
     return result(audio[0][0] - outcome.marks["first token"], confirmed - interrupt, after, played, handed, None)
 
 
@@ -148,10 +147,9 @@ async def run_livekit(server: ServerProcess, tokens: list[str], seed: int) -> di
     await stream.aclose()
     confirmed = await asyncio.wait_for(watcher, 10)
     await engine.aclose()
-    handed = round(handed_s / FRAME_S)
-    return result(
-        first_audio - started, confirmed - asked, 0, min(handed, int((asked - first_audio) / FRAME_S)), handed, None
-    )
+    handed = round(handed_s / FRAME_SECONDS)
+    played = min(handed, int((asked - first_audio) / FRAME_SECONDS))
+    return result(first_audio - started, confirmed - asked, 0, played, handed, None)
 
 
 def result(first_audio_s, cancel_s, frames_after, played, handed, heard) -> dict:
@@ -278,12 +276,10 @@ def main() -> int:
     artifact = export_onnx(checkpoint)
     folder = tempfile.TemporaryDirectory()
     codes = pathlib.Path(folder.name) / "codes.npy"
-    save_codes_file(codes, np.random.default_rng(0).integers(0, 2048, (200, 16), dtype=np.int16))
+    save_codes_file(codes, random_codes(200, 0))
     os.environ["CODECSTREAM_CACHE_DIR"] = str(pathlib.Path(folder.name) / "client-cache")
-    servers = {
-        "engine": ["--model", str(checkpoint)],
-        "replay 12.5 fps": ["--replay", str(codes), "--replay-checkpoint", str(checkpoint), "--replay-fps", "12.5"],
-    }
+    replay = ["--replay", str(codes), "--replay-checkpoint", str(checkpoint), "--replay-fps", str(FRAMES_PER_SECOND)]
+    servers = {"engine": ["--model", str(checkpoint)], f"replay {FRAMES_PER_SECOND:g} fps": replay}
     tokens = tokens_of(REPLY)
     runs = []
     for server_name, server_args in servers.items():

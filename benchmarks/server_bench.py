@@ -28,10 +28,11 @@ import tempfile
 import time
 
 import numpy as np
-from bench_record import RESULTS, machine, percentiles
+from bench_record import RESULTS, machine, percentiles, random_codes
 from bench_servers import ServerProcess
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
+from codecstream.protocol.decoding import FRAMES_PER_SECOND
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -42,7 +43,7 @@ class ReplayServerProcess(ServerProcess):
     def __init__(self, frames: int, fps: float, max_streams: int) -> None:
         self._codes = tempfile.TemporaryDirectory()
         codes = pathlib.Path(self._codes.name) / "codes.npy"
-        save_codes_file(codes, np.random.default_rng(0).integers(0, 2048, (frames, 16), dtype=np.int16))
+        save_codes_file(codes, random_codes(frames, 0))
         args = ["--replay", str(codes), "--replay-fps", str(fps), "--max-streams", str(max_streams)]
         super().__init__([*args, "--resume-window", "0"], ready_timeout_s=60)
         self._folder.cleanup()
@@ -58,8 +59,8 @@ async def one_stream(client: AsyncClient, chunking: list[int], record: dict) -> 
         record["overhead_s"].append(arrived - (started + chunk.generated_at_us / 1e6))
         # The server's own share: from generated to handed to the transport.
         record["server_queue_s"].append((chunk.sent_at_us - chunk.generated_at_us) / 1e6)
-        # Lateness against the real-time schedule of a 12.5 frames/s stream.
-        due = started + (chunk.first_frame + chunk.num_frames) / 12.5
+        # Lateness against the real-time schedule.
+        due = started + (chunk.first_frame + chunk.num_frames) / FRAMES_PER_SECOND
         record["lateness_s"].append(arrived - due)
     record["frames"] += stream.end.frames_generated
     record["ended"] += 1
@@ -81,7 +82,7 @@ async def run_concurrent(target: str | list[str], streams: int, chunking: list[i
 def bench_grpc(args: argparse.Namespace) -> dict:
     results = []
     for streams in args.streams:
-        server = ReplayServerProcess(args.frames, 12.5, max_streams=max(streams, 1))
+        server = ReplayServerProcess(args.frames, FRAMES_PER_SECOND, max_streams=max(streams, 1))
         try:
             cpu_before, wall_before = server.cpu_seconds(), time.monotonic()
             record = asyncio.run(run_concurrent(server.target, streams, args.chunking, channels=max(1, streams // 100)))
@@ -89,7 +90,7 @@ def bench_grpc(args: argparse.Namespace) -> dict:
             cpu = server.cpu_seconds() - cpu_before
         finally:
             server.close()
-        audio_s = args.frames / 12.5
+        audio_s = args.frames / FRAMES_PER_SECOND
         entry = {
             "streams": streams,
             "completed": record["ended"],
@@ -163,7 +164,7 @@ def bench_balancer(args: argparse.Namespace) -> dict:
     """Direct and balanced runs alternate on the same replicas, so both see the same machine."""
     results = {"direct": [], "balancer": []}
     for streams in args.streams:
-        replicas = [ReplayServerProcess(args.frames, 12.5, max_streams=streams) for _ in range(3)]
+        replicas = [ReplayServerProcess(args.frames, FRAMES_PER_SECOND, max_streams=streams) for _ in range(3)]
         balancer = BalancerProcess(replicas)
         try:
             for repeat in range(args.repeats):
@@ -255,7 +256,7 @@ def plot_grpc(report: dict, path: pathlib.Path) -> None:
         right.plot(streams, [r["lateness_ms"][key] for r in runs], marker="o", label=f"lateness vs real time {key}")
     left.axhline(1.0, color="grey", linestyle="--", label="target 1 ms")
     for axis, title in ((left, "per-chunk generation→parsed (ms)"), (right, "chunk arrival behind schedule (ms)")):
-        axis.set_xlabel("concurrent streams at 12.5 frames/s")
+        axis.set_xlabel(f"concurrent streams at {FRAMES_PER_SECOND:g} frames/s")
         axis.set_title(title)
         axis.set_xscale("log")
         axis.legend()

@@ -66,8 +66,9 @@ import time
 
 import grpc
 import numpy as np
-from bench_record import RESULTS, machine, percentiles, versions, write_record
+from bench_record import RESULTS, machine, percentiles, random_codes, versions, write_record
 from bench_servers import ServerProcess, split_cores
+from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
 from download_clients import (
@@ -573,7 +574,7 @@ def downloads(args, folder: pathlib.Path, plain: pathlib.Path, server_cpus: set[
     tokens = folder / "download-tokens"
     names = [neighbour_token(i) for i in range(args.streams)] + downloader_tokens(args.downloaders)
     tokens.write_text("".join(f"{name}\n" for name in [*names, DOWNLOAD_NEIGHBOUR_TOKEN]))
-    flags = ["--replay", str(plain), "--replay-fps", "12.5", "--decoder-artifact", str(directory)]
+    flags = ["--replay", str(plain), "--replay-fps", str(FRAMES_PER_SECOND), "--decoder-artifact", str(directory)]
     flags += ["--auth-token-file", str(tokens)]
     report = {"artifact_bytes": int(args.artifact_mb * 1e6), "limits": download_limits()}
     for name, part in (("flood", download_flood_part), ("abandoned", abandoned_part)):
@@ -671,7 +672,7 @@ def main() -> int:
         from codecstream.protocol.codes_file import save_codes_file
         from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
 
-        codes = np.random.default_rng(0).integers(0, 2048, (200, 16), dtype=np.int16)
+        codes = random_codes(200, 0)
         save_codes_file(folder / "clone.npz", codes, reference_codes=codes[:4])
         plain = folder / "plain.npy"
         save_codes_file(plain, codes)
@@ -679,7 +680,7 @@ def main() -> int:
             report["downloads"] = downloads(args, folder, plain, server_cpus)
             return finish_downloads(report, args)
         print("replay: the cost of each hostile kind", flush=True)
-        replay = ServerProcess(["--replay", str(plain), "--replay-fps", "12.5"], cpus=server_cpus)
+        replay = ServerProcess(["--replay", str(plain), "--replay-fps", str(FRAMES_PER_SECOND)], cpus=server_cpus)
         try:
             report["cost_by_kind"] = cost_part(replay, args.kind_seconds)
         finally:

@@ -34,8 +34,7 @@ import time
 import numpy as np
 from bench_record import RESULTS, machine, write_record
 from bench_servers import ServerProcess
-
-FRAME_S = 0.08
+from codecstream.protocol.decoding import FRAME_SECONDS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPLIES = {
@@ -91,7 +90,7 @@ def streamed(client, decoder, tokens: list[str], rate: float, seed: int, cancel:
     # A player that starts at the first chunk: chunk i is due once the audio before it has played.
     late, delay = 0.0, 0.0
     for index in range(1, len(arrivals)):
-        due = first_at + delay + sum(frames[:index]) * FRAME_S
+        due = first_at + delay + sum(frames[:index]) * FRAME_SECONDS
         if arrivals[index] > due:
             delay += arrivals[index] - due
     late = delay

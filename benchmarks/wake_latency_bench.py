@@ -28,6 +28,7 @@ import time
 import grpc
 from bench_record import RESULTS, machine
 from codecstream.client import AsyncClient
+from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 from server_bench import ReplayServerProcess
@@ -36,7 +37,6 @@ GAPS_S = (0.01, 0.08, 0.16, 0.5, 1.0, 2.0)
 REPEATS = 3
 RAMP = (2, 4, 8, 16, 25)
 FRAMES = 60  # 2 + 4 + 8 + 16 + 25 + 5: every ramp size once
-FRAME_S = 0.08
 
 
 def socketpair_latency() -> list[dict]:
@@ -69,7 +69,7 @@ def major_faults(pid: int) -> int:
 def chunk_row(chunk_frames: int, first_frame: int, sent_at_us: int, started: float, arrived: float) -> dict:
     return {
         "frames": chunk_frames,
-        "gap_before_s": round(chunk_frames * FRAME_S, 2),  # the frames it waited for
+        "gap_before_s": round(chunk_frames * FRAME_SECONDS, 2),  # the frames it waited for
         "first_frame": first_frame,
         "sent_to_parsed_ms": round((arrived - started) * 1000 - sent_at_us / 1000, 3),
     }
@@ -115,7 +115,7 @@ async def asyncio_stream(target: str, chunking: tuple[int, ...]) -> list[dict]:
 
 def grpc_latency() -> list[dict]:
     runs = []
-    server = ReplayServerProcess(FRAMES, 1 / FRAME_S, max_streams=4)
+    server = ReplayServerProcess(FRAMES, FRAMES_PER_SECOND, max_streams=4)
     try:
         for client in ("blocking", "asyncio"):
             for chunking in (RAMP, (1,)):
@@ -151,7 +151,8 @@ def main() -> None:
         "notes": [
             "sent_to_parsed_ms: client wall clock at parse minus (Header.started_at + Chunk.sent_at_us); "
             "both processes read the same clock.",
-            "gap_before_s: a chunk of C frames follows the previous one by C x 80 ms at the replay's 12.5 frames/s.",
+            f"gap_before_s: a chunk of C frames follows the previous one by C x {FRAME_SECONDS * 1000:g} ms "
+            f"at the replay's {FRAMES_PER_SECOND:g} frames/s.",
         ],
     }
     out = RESULTS / "wake_latency.json"

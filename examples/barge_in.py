@@ -7,6 +7,7 @@ import argparse
 import time
 
 from codecstream.client import Client
+from codecstream.protocol.decoding import FRAME_SECONDS
 
 
 def main() -> None:
@@ -31,7 +32,7 @@ def main() -> None:
                 )
                 break
         reply = client.synthesize("Sure, go ahead.", decoder=args.decoder)
-        audio_s = sum(chunk.num_frames for chunk in reply) * 0.08
+        audio_s = sum(chunk.num_frames for chunk in reply) * FRAME_SECONDS
         print(f"new answer: {audio_s:.2f} s of audio, first audio {reply.stats.time_to_first_audio_s * 1000:.0f} ms")
 
 

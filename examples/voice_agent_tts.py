@@ -17,13 +17,14 @@ import uuid
 import numpy as np
 from codecstream.client import AsyncClient
 from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.protocol.decoding import FRAME_SECONDS, SAMPLE_RATE_HZ
 
 
 @dataclasses.dataclass
 class TTSAudioFrame:
     context_id: str
     samples: np.ndarray
-    sample_rate: int = 24_000
+    sample_rate: int = SAMPLE_RATE_HZ
 
 
 class CodecStreamTTSService:
@@ -51,7 +52,7 @@ class CodecStreamTTSService:
 
     async def interrupt(self) -> None:
         """The user started talking: stop the turn, drop queued audio, report what was heard."""
-        played_frames = int(self.speaker.stats.played_s / 0.08)
+        played_frames = int(self.speaker.stats.played_s / FRAME_SECONDS)
         self.speaker.clear()
         if self._turn is not None:
             await self._turn.cancel(played_frames=played_frames)
