@@ -12,6 +12,8 @@ when it is chosen, and says which extra to install when it is missing.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import importlib
 import importlib.util
 import pathlib
 
@@ -25,31 +27,47 @@ from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_difference
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 
-BACKENDS = ("auto", "openvino", "onnx", "pte", "pt2", "torch")
-#: The artifact format each runtime reads: OpenVINO and ONNX Runtime both read the .onnx file.
-FORMATS = {"openvino": "onnx", "onnx": "onnx", "pte": "pte", "pt2": "pt2"}
-#: Runtimes in the order "auto" prefers them, over the formats a directory holds. The rule, from
-#: the backend axis of decode_bench (artifact_bench.json) on the machine kinds measured: the .onnx
-#: runtimes need no torch, are ready soonest (2.0 s against 9.3 s for .pt2 on an AVX2 EPYC) and
-#: decode the chunks that set first-audio latency (C <= 8) fastest; OpenVINO decoded them faster
-#: than ONNX Runtime where both were measured (docs/performance.md), so it comes first when it is
-#: installed, unless ONNX Runtime has a GPU to run on (`_preference`). Lossy artifacts are never
-#: chosen for the user: an artifact directory holds one dtype, the one it was exported in.
-PREFERENCE = ("openvino", "onnx", "pte", "pt2")
-#: The module each backend needs importable, and the extra that installs it.
-RUNTIME_MODULES = {
-    "openvino": "openvino",
-    "onnx": "onnxruntime",
-    "pte": "executorch.runtime",
-    "pt2": "torch",
-    "torch": "codecstream.decoder",
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """What choosing and loading one decoder backend takes."""
+
+    #: The artifact format it reads (OpenVINO and ONNX Runtime both read the .onnx file); None:
+    #: it decodes a checkpoint's weights.
+    format: str | None
+    #: The module that must be importable for it to run.
+    module: str
+    #: The codecstream-client extra that installs that module.
+    extra: str
+    #: Its Program, as "module:Class" in this package, imported only when it is chosen.
+    program: str | None = None
+
+
+#: Every backend. The artifact runtimes stand in the order "auto" prefers them, over the formats a
+#: directory holds. The rule, from the backend axis of decode_bench (artifact_bench.json) on the
+#: machine kinds measured: the .onnx runtimes need no torch, are ready soonest (2.0 s against 9.3 s
+#: for .pt2 on an AVX2 EPYC) and decode the chunks that set first-audio latency (C <= 8) fastest;
+#: OpenVINO decoded them faster than ONNX Runtime where both were measured (docs/performance.md),
+#: so it comes first when it is installed, unless ONNX Runtime has a GPU to run on (`_preference`).
+#: Lossy artifacts are never chosen for the user: an artifact directory holds one dtype, the one it
+#: was exported in.
+BACKEND_DESCRIPTIONS = {
+    "openvino": Backend("onnx", "openvino", "openvino", "openvino_program:OpenVinoProgram"),
+    "onnx": Backend("onnx", "onnxruntime", "onnx", "onnx_program:OnnxProgram"),
+    "pte": Backend("pte", "executorch.runtime", "executorch", "pte_program:PteProgram"),
+    "pt2": Backend("pt2", "torch", "torch", "pt2_program:Pt2Program"),
+    "torch": Backend(None, "codecstream.decoder", "torch"),
 }
-EXTRAS = {"openvino": "openvino", "onnx": "onnx", "pte": "executorch", "pt2": "torch", "torch": "torch"}
+BACKENDS = ("auto", *BACKEND_DESCRIPTIONS)
+#: The artifact format each artifact runtime reads.
+FORMATS = {name: backend.format for name, backend in BACKEND_DESCRIPTIONS.items() if backend.format}
+#: The artifact runtimes, best first.
+PREFERENCE = tuple(FORMATS)
 
 
 def installed(backend: str) -> bool:
     """Whether the runtime of `backend` can be imported here (without importing it)."""
-    module = RUNTIME_MODULES[backend]
+    module = BACKEND_DESCRIPTIONS[backend].module
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing
@@ -147,9 +165,7 @@ def _choose_runtime(directory: pathlib.Path, manifest: Manifest, backend: str) -
             runs = "" if fmt == backend else f"; the {backend} backend runs {fmt} artifacts"
             raise DecoderLoadError(f"{directory} holds no {fmt} artifact (it holds: {', '.join(held) or 'none'}){runs}")
         if not installed(backend):
-            raise DecoderLoadError(
-                f"the {backend} runtime is not installed: pip install 'codecstream-client[{EXTRAS[backend]}]'"
-            )
+            raise DecoderLoadError(f"the {backend} runtime is not installed: pip install {_extra(backend)}")
         return backend
     if not held:
         raise DecoderLoadError(f"{directory / MANIFEST_FILE} lists no artifact files")
@@ -157,10 +173,14 @@ def _choose_runtime(directory: pathlib.Path, manifest: Manifest, backend: str) -
     for runtime in candidates:
         if installed(runtime):
             return runtime
-    extras = " or ".join(f"'codecstream-client[{EXTRAS[runtime]}]'" for runtime in candidates)
+    extras = " or ".join(_extra(runtime) for runtime in candidates)
     raise DecoderLoadError(
         f"{directory} holds {', '.join(held)} artifacts but no runtime for them is installed: pip install {extras}"
     )
+
+
+def _extra(backend: str) -> str:
+    return f"'codecstream-client[{BACKEND_DESCRIPTIONS[backend].extra}]'"
 
 
 def _preference() -> tuple[str, ...]:
@@ -190,7 +210,7 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, runtime: str, th
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         verification = pool.submit(verified_artifact_path, directory, entry)
         try:
-            program = _load_program(runtime, directory / entry.file, manifest, threads)
+            program = _program_class(runtime).load(directory, entry, manifest, threads)
         except Exception:
             _check_verified(verification)  # a modified or missing file is the reason to report
             raise
@@ -216,27 +236,14 @@ def _check_verified(verification: concurrent.futures.Future) -> None:
         raise DecoderLoadError(str(error)) from None
 
 
-def _load_program(runtime: str, path: pathlib.Path, manifest: Manifest, threads: int | None) -> Program:
-    if runtime == "openvino":
-        from codecstream.client.runtimes.openvino_program import OpenVinoProgram, compiled_cache_dir
-
-        cache_dir = compiled_cache_dir(manifest.artifacts[FORMATS[runtime]].sha256)
-        return OpenVinoProgram(path, manifest, threads, cache_dir)
-    if runtime == "onnx":
-        from codecstream.client.runtimes.onnx_program import OnnxProgram
-
-        return OnnxProgram(path, manifest, threads)
-    if runtime == "pte":
-        from codecstream.client.runtimes.pte_program import PteProgram
-
-        return PteProgram(path, manifest, threads)
-    from codecstream.client.runtimes.pt2_program import Pt2Program
-
-    return Pt2Program(path, manifest, threads)
+def _program_class(runtime: str) -> type[Program]:
+    module, name = BACKEND_DESCRIPTIONS[runtime].program.split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_DESCRIPTIONS",
     "FORMATS",
     "DecoderLoadError",
     "LoadedDecoder",

@@ -36,7 +36,7 @@ from codecstream.client.runtimes.openvino_fusion import (
     merge_parallel_matmuls,
 )
 from codecstream.client.runtimes.program import NumpyTensors, TensorInfo, check_signature, missing_runtime
-from codecstream.protocol.manifest import Manifest
+from codecstream.protocol.manifest import ArtifactFile, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,13 @@ class OpenVinoProgram(NumpyTensors):
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         return config
+
+    @classmethod
+    def load(
+        cls, directory: pathlib.Path, artifact: ArtifactFile, manifest: Manifest, threads: int | None
+    ) -> OpenVinoProgram:
+        """The program of `artifact`, its compiled copy kept in the cache by the artifact's sha256."""
+        return cls(directory / artifact.file, manifest, threads, compiled_cache_dir(artifact.sha256))
 
     def __init__(
         self, path: pathlib.Path, manifest: Manifest, threads: int | None, cache_dir: pathlib.Path | None = None

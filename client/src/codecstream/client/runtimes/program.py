@@ -10,13 +10,14 @@ tensors native between calls matters: ExecuTorch and .pt2 state stays in torch t
 from __future__ import annotations
 
 import abc
+import pathlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.chunking import DEFAULT_RAMP
-from codecstream.protocol.manifest import Manifest, TensorSpec
+from codecstream.protocol.manifest import ArtifactFile, Manifest, TensorSpec
 
 
 class Program(abc.ABC):
@@ -25,6 +26,12 @@ class Program(abc.ABC):
     runtime: str
     #: Chunk sizes a decoder over this program warms at load (`LoadedDecoder.warm_up_sizes`).
     warm_up_sizes: tuple[int, ...] = DEFAULT_RAMP
+
+    @classmethod
+    def load(cls, directory: pathlib.Path, artifact: ArtifactFile, manifest: Manifest, threads: int | None) -> Program:
+        """The program of `artifact` in `directory`, run on `threads` CPU threads (None: the runtime's
+        default). A runtime that keeps a compiled copy overrides it to key that copy by the artifact."""
+        return cls(directory / artifact.file, manifest, threads)
 
     @abc.abstractmethod
     def run(self, inputs: Sequence[Any]) -> list[Any]:
