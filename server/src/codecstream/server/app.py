@@ -18,6 +18,7 @@ import grpc
 import prometheus_client
 from codecstream.server.auth import BearerTokenInterceptor
 from codecstream.server.decoder_artifacts import DecoderArtifacts
+from codecstream.server.errors import one_line
 from codecstream.server.handlers import SERVICE_NAME, synthesis_handler
 from codecstream.server.limits import ServerLimits, check_ranges
 from codecstream.server.loop_stalls import LoopStallWatchdog, Stall
@@ -173,7 +174,8 @@ class CodecStreamServer:
             await self._close_transport(grace_s=0)
             await self.supervisor.stop()
             if isinstance(error, Exception):
-                message = f"the engine did not start: {type(error).__name__}: {error}".splitlines()[0]
+                # Not cut: the operator reads the whole reason once, at start-up.
+                message = f"the engine did not start: {one_line(error, limit=None, with_type=True)}"
                 raise SourceStartError(message) from error
             raise
         log.info("serving %s on %s:%d", SERVICE_NAME, self.options.host, self.port)

@@ -21,6 +21,7 @@ from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
 from codecstream.server.engine.engine_cache import default_engine_cache
+from codecstream.server.errors import one_line
 from codecstream.server.limits import OutOfRange, ServerLimits
 from codecstream.server.replay import ReplaySource
 from codecstream.server.source import CodeSource
@@ -223,7 +224,7 @@ def build_source(args: argparse.Namespace, limits: ServerLimits) -> CodeSource:
             f"the vLLM-Omni engine is not installed ({error}); install it with scripts/setup-dev-env (docs/server.md)"
         ) from None
     except (ModelDirectoryError, OSError, ValueError) as error:
-        raise StartupError(str(error).splitlines()[0]) from None
+        raise StartupError(one_line(error, limit=None)) from None  # read once, whole, at start-up
 
 
 #: The flags that set a ServerLimits field (field -> argparse dest); ServerLimits checks their ranges.

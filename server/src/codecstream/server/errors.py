@@ -40,8 +40,14 @@ class TextInputViolation(Exception):
     """A TextInput the contract forbids; the message names the rule (never the client's text)."""
 
 
-def one_line(error: BaseException, limit: int = 200) -> str:
+def one_line(error: BaseException, limit: int | None = 200, *, with_type: bool = False) -> str:
     """An error as one line a log or a client can take: its message's first line, cut at `limit`
-    characters, or its type's name when it has no message."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return text if len(text) <= limit else text[:limit] + "…"
+    characters (None: not cut), or its type's name when it has no message. `with_type`: the type's
+    name first ("OSError: ..."), where the type is what tells an unexpected failure apart."""
+    message = str(error).strip()
+    name = type(error).__name__
+    if not message:
+        text = name
+    else:
+        text = f"{name}: {message.splitlines()[0]}" if with_type else message.splitlines()[0]
+    return text if limit is None or len(text) <= limit else text[:limit] + "…"

@@ -16,7 +16,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-from codecstream.server.errors import SourceUnavailable
+from codecstream.server.errors import SourceUnavailable, one_line
 from codecstream.server.limits import check_ranges
 from codecstream.server.metrics import Metrics
 from codecstream.server.source import CodeSource
@@ -135,7 +135,7 @@ class SourceSupervisor:
             try:
                 await self.source.start()
             except Exception as error:
-                failure = f"restart failed: {type(error).__name__}: {error}".splitlines()[0]
+                failure = f"restart failed: {one_line(error, with_type=True)}"
                 log.exception("restarting the engine failed")
                 continue
             self._metrics.engine_restarts.inc()
