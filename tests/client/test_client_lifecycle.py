@@ -15,6 +15,7 @@ from codecstream.client import (
     Client,
     CodecMismatch,
     CodecStreamError,
+    ConnectionOptions,
     DeadlineExceeded,
     StartOptions,
 )
@@ -140,6 +141,12 @@ def test_both_clients_take_the_same_documented_keyword_options():
         assert list(blocking) == list(asynchronous), name
     built = [name for name in inspect.signature(build_start).parameters if name != "text"]
     assert built == list(StartOptions.__annotations__), "StartOptions and build_start list the same options"
+
+
+def test_the_blocking_client_passes_on_every_connection_option_of_the_async_one():
+    parameters = inspect.signature(AsyncClient.__init__).parameters.values()
+    keywords = [parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY]
+    assert keywords == list(ConnectionOptions.__annotations__)
 
 
 def test_every_error_codecstream_raises_is_a_codecstream_error():

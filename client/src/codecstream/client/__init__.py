@@ -30,7 +30,7 @@ from codecstream.client.errors import (
 _MODULES = {
     **{
         name: "codecstream.client.client"
-        for name in ("AsyncClient", "AudioStream", "Client", "CodeStream", "TextStream")
+        for name in ("AsyncClient", "AudioStream", "Client", "CodeStream", "ConnectionOptions", "TextStream")
     },
     "AsyncCodeStream": "codecstream.client.code_stream",
     "StartOptions": "codecstream.client.requests",
@@ -51,6 +51,7 @@ __all__ = [
     "CodeStream",
     "CodecMismatch",
     "CodecStreamError",
+    "ConnectionOptions",
     "DeadlineExceeded",
     "InvalidRequest",
     "PcmChunk",
@@ -94,7 +95,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, TextStream
+    from codecstream.client.client import AsyncClient, AudioStream, Client, CodeStream, ConnectionOptions, TextStream
     from codecstream.client.code_stream import AsyncCodeStream
     from codecstream.client.requests import StartOptions
     from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk

@@ -8,7 +8,7 @@ import operator
 import pathlib
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, overload
 
 import grpc
 import numpy as np
@@ -32,6 +32,15 @@ if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; the client also runs on 3.10
 
 T = TypeVar("T")
 DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """How a client connects: AsyncClient's keyword arguments, which Client passes on to it."""
+
+    tls: bool | str | pathlib.Path
+    token: str | None
+    resume_timeout_s: float | None
+    keepalive_s: float
 
 
 class AsyncClient:
@@ -339,19 +348,11 @@ class Client:
             ...
     """
 
-    def __init__(
-        self,
-        target: str = DEFAULT_TARGET,
-        *,
-        tls: bool | str | pathlib.Path = False,
-        token: str | None = None,
-        resume_timeout_s: float | None = None,
-        keepalive_s: float = DEFAULT_KEEPALIVE_S,
-    ) -> None:
+    def __init__(self, target: str = DEFAULT_TARGET, **connection: Unpack[ConnectionOptions]) -> None:
         self._loop = _LoopThread()
 
         async def make() -> AsyncClient:
-            return AsyncClient(target, tls=tls, token=token, resume_timeout_s=resume_timeout_s, keepalive_s=keepalive_s)
+            return AsyncClient(target, **connection)
 
         try:
             self._async = self._loop.run(make())
