@@ -85,18 +85,18 @@ import psutil
 from bench_record import RESULTS, machine, versions, write_record
 from bench_servers import ServerProcess
 from codecstream.protocol.chunking import DEFAULT_RAMP
+from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND, SAMPLE_RATE_HZ
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
 PROMPTS_FILE = pathlib.Path(__file__).resolve().parent / "serving_prompts.txt"
 DEFAULT_RATES = (1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0)
-FRAME_S = 0.08
-FRAMES_PER_SECOND = 12.5
 #: A conversational English speaking rate; sets each reply's length from its text.
 WORDS_PER_MINUTE = 150.0
 #: As the GPU lane's checkpoint: the EOS logit sits so low that no stream ends before its max_frames.
 NEVER_EOS_MEAN_FRAMES = 1e9
-PCM_BYTES_PER_SECOND = 24_000 * 2
+#: vLLM-Omni's stream: 16-bit mono PCM at the codec's rate.
+PCM_BYTES_PER_SECOND = SAMPLE_RATE_HZ * 2
 METRICS_PERIOD_S = 0.5
 
 
@@ -331,10 +331,10 @@ class CodecstreamSystem:
         )
         async with code_stream:
             async for chunk in code_stream:
-                result.arrivals.append((time.perf_counter(), chunk.num_frames * FRAME_S))
+                result.arrivals.append((time.perf_counter(), chunk.num_frames * FRAME_SECONDS))
         end = code_stream.end
         result.completed = (
-            end is not None and sum(n for _, n in result.arrivals) >= result.frames_asked * FRAME_S - 1e-6
+            end is not None and sum(n for _, n in result.arrivals) >= result.frames_asked * FRAME_SECONDS - 1e-6
         )
         if not result.completed:
             result.error = f"ended {end.reason if end else 'without End'} after {len(result.arrivals)} chunks"
@@ -494,9 +494,9 @@ class VllmOmniSystem:
             async for piece in response.aiter_raw():
                 if piece:
                     result.arrivals.append((time.perf_counter(), len(piece) / PCM_BYTES_PER_SECOND))
-        result.completed = result.audio_s >= result.frames_asked * FRAME_S - 1e-6
+        result.completed = result.audio_s >= result.frames_asked * FRAME_SECONDS - 1e-6
         if not result.completed:
-            result.error = f"{result.audio_s:.2f} s of audio, asked for {result.frames_asked * FRAME_S:.2f} s"
+            result.error = f"{result.audio_s:.2f} s of audio, asked for {result.frames_asked * FRAME_SECONDS:.2f} s"
 
     def occupancy_sample(self) -> float | None:
         samples = scrape(self.metrics_url)
