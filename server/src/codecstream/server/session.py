@@ -1,4 +1,4 @@
-"""One synthesis stream on the server: generation, chunking, the retained chunks for Resume, End.
+"""One synthesis stream on the server: generation, chunking, End; its chunks wait for the client in a ChunkLog.
 
 A session outlives its connection: generation runs in its own task and appends Chunks; a
 connection follows the session from some seq on. That is what lets a client reattach (Resume)
@@ -21,7 +21,8 @@ import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.protocol.text_timing import WordClock
-from codecstream.server.errors import GenerationFailed, Refusal, TextInputExpired, TextInputViolation
+from codecstream.server.chunk_log import ChunkLog
+from codecstream.server.errors import GenerationFailed, TextInputExpired, TextInputViolation
 from codecstream.server.limits import milliseconds
 from codecstream.server.metrics import Metrics
 from codecstream.server.request import SynthesisRequest
@@ -146,7 +147,6 @@ class StreamSession:
         self._generation = generation
         self._schedule = schedule
         self._max_frames = generation.max_frames
-        self._retained_limit = retained_chunks
         self._metrics = metrics
         #: The words of the chunks sent, as the client times them: End.text_offset_played.
         self._words = WordClock()
@@ -164,12 +164,9 @@ class StreamSession:
             max_frames=self._max_frames,
             resume_window_ms=milliseconds(resume_window_s),
         )
-        #: Chunks not yet dropped: unsent ones always, sent ones until acked (resumable streams).
-        self._chunks: collections.deque[pb.Chunk] = collections.deque()
-        self._next_seq = 0
+        self._chunk_log = ChunkLog(stream_id, resumable=resume_window_s > 0, retained_limit=retained_chunks)
         self._frames_sent = 0
         self._first_frame_us = 0
-        self._last_sent_seq = -1
         self._stop: StopRequest | None = None
         self._frames_after_stop = 0
         self.end: pb.End | None = None
@@ -294,9 +291,8 @@ class StreamSession:
         )
         self._text_spoken_to = frames.text_end
         async with self._changed:
-            self._chunks.append(
+            self._chunk_log.append(
                 pb.Chunk(
-                    seq=self._next_seq,
                     first_frame=self._frames_sent,
                     num_frames=len(codes),
                     codes=pack_codes(codes),
@@ -306,7 +302,6 @@ class StreamSession:
                     ends_text_span=frames.ends_text_span,
                 )
             )
-            self._next_seq += 1
             self._frames_sent += len(codes)
             self._changed.notify_all()
         self._metrics.frames.inc(len(codes))
@@ -327,7 +322,7 @@ class StreamSession:
             stats=pb.StreamStats(
                 time_to_first_frame_us=self._first_frame_us,
                 duration_us=self._elapsed_us(),
-                chunks=self._next_seq,
+                chunks=self._chunk_log.next_seq,
                 played_frames=played,
             ),
         )
@@ -384,18 +379,7 @@ class StreamSession:
 
     def check_resume(self, last_acked_seq: int | None) -> int:
         """The first seq a reattaching client needs; raise Refusal(OUT_OF_RANGE) if it is gone."""
-        wanted = 0 if last_acked_seq is None else last_acked_seq + 1
-        if wanted > self._next_seq:
-            raise Refusal(
-                "OUT_OF_RANGE",
-                f"stream {self.stream_id} has sent seq 0..{self._next_seq - 1}, cannot resume after {last_acked_seq}",
-            )
-        oldest = self._chunks[0].seq if self._chunks else self._next_seq
-        if wanted < oldest:
-            raise Refusal(
-                "OUT_OF_RANGE", f"stream {self.stream_id} no longer keeps seq {wanted} (oldest kept is {oldest})"
-            )
-        return wanted
+        return self._chunk_log.first_to_resend(last_acked_seq)
 
     async def follow(self, first_seq: int, attachment: Attachment):
         """Header, the chunks from `first_seq` on as they come, then End; stops early, without End,
@@ -405,11 +389,13 @@ class StreamSession:
         while True:
             async with self._changed:
                 await self._changed.wait_for(
-                    lambda after=next_seq: self._next_seq > after or self.end is not None or attachment.ended.is_set()
+                    lambda after=next_seq: (
+                        self._chunk_log.next_seq > after or self.end is not None or attachment.ended.is_set()
+                    )
                 )
                 if attachment.ended.is_set():
                     return
-                ready = [chunk for chunk in self._chunks if chunk.seq >= next_seq]
+                ready = self._chunk_log.since(next_seq)
                 # End is decided only after the last chunk is appended, so this snapshot is complete.
                 end = self.end
             for chunk in ready:
@@ -418,7 +404,7 @@ class StreamSession:
                 sent.sent_at_us = self._elapsed_us()
                 yield pb.SynthesizeResponse(chunk=sent)
                 next_seq = chunk.seq + 1
-                self._on_sent(chunk.seq)
+                self._chunk_log.sent(chunk.seq)
             if end is not None:
                 yield pb.SynthesizeResponse(end=end)
                 return
@@ -429,22 +415,13 @@ class StreamSession:
             attachment.ended.set()
             self._changed.notify_all()
 
-    def _on_sent(self, seq: int) -> None:
-        self._last_sent_seq = max(self._last_sent_seq, seq)
-        if not self.resumable:
-            self.acknowledge(seq)
-            return
-        while len(self._chunks) > self._retained_limit and self._chunks[0].seq <= self._last_sent_seq:
-            self._chunks.popleft()
-
     def acknowledge(self, seq: int) -> None:
         """The client decoded up to `seq`: those chunks need not be kept for Resume."""
-        while self._chunks and self._chunks[0].seq <= min(seq, self._last_sent_seq):
-            self._chunks.popleft()
+        self._chunk_log.acknowledge(seq)
 
     @property
     def retained_chunks(self) -> int:
-        return len(self._chunks)
+        return len(self._chunk_log)
 
     @property
     def attached(self) -> bool:
