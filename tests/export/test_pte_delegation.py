@@ -1,7 +1,8 @@
 """The ExecuTorch `.pte` is fast to load and to run (issue 41): its convolutions run in the XNNPACK
 delegate, not on ExecuTorch's portable kernels (naive loops: on main the six sub-pixel transposed
 convs, whose bias was repeated per call, stayed outside it, and a real-size 2-frame chunk took
-1.4 s instead of 0.32 s), and the client loads ExecuTorch's runtime without its exporter."""
+1.4 s instead of 0.32 s); its decoder body is as few XNNPACK partitions as the delegate allows
+(one, stateful); and the client loads ExecuTorch's runtime without its exporter."""
 
 from __future__ import annotations
 
@@ -48,3 +49,56 @@ def test_opening_a_pte_decoder_loads_the_runtime_without_executorch_s_exporter(a
     assert result.returncode == 0, result.stderr[-2000:]
     assert "exporter loaded: False" in result.stdout
     assert "exporter imports: True" in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["stateful", "windowed"])
+def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoint, mode):
+    """The forms the .pte captures (xnnpack_rewrites) agree with the decoder's own to float rounding."""
+    import torch
+    from codecstream.decoder import load_decoder
+    from codecstream.export.graphs import build_graph
+    from codecstream.export.xnnpack_rewrites import delegable
+
+    graph = build_graph(load_decoder(tiny_checkpoint), mode, 25)
+    rewritten = delegable(graph.module)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        if mode == "stateful":
+            state = want_state = graph.example_inputs[1:]
+            for chunk in (1, 2, 25, 3, 25, 25):  # past the 72-frame window
+                codes = torch.randint(0, 2048, (1, chunk, 16), generator=generator)
+                want, *want_state = graph.module(codes, *want_state)
+                got, *state = rewritten(codes, *state)
+                assert torch.allclose(got, want, atol=1e-5), f"chunk of {chunk}: {(got - want).abs().max()}"
+                for name, a, b in zip(graph.output_names[1:], state, want_state, strict=True):
+                    assert torch.allclose(a.float(), b.float(), atol=1e-4), f"{name} after a chunk of {chunk}"
+        else:
+            context = torch.randint(0, 2048, (1, 72, 16), generator=generator)
+            codes = torch.randint(0, 2048, (1, 4, 16), generator=generator)
+            for pad in (0, 10, 60):
+                arguments = (context, codes, torch.tensor([pad]))
+                assert torch.allclose(rewritten(*arguments), graph.module(*arguments), atol=1e-5), f"pad {pad}"
+    assert graph.module is not rewritten and not any(
+        type(child).__module__.endswith("xnnpack_rewrites") for child in graph.module.modules()
+    ), "the rewrite changed the decoder it was given"
+
+
+#: XNNPACK partitions of each .pte's decoder body. Stateful: one (on main 62 at this size, 127 at real
+#: size); what stays outside runs before it (codebook lookup, the attention mask and positions from
+#: `position`) or after it (slicing the next state out of each concatenation: XNNPACK slices only
+#: tensors of static shape). Windowed: two (64 on main), split by the slice that keeps the conv
+#: stack's context, whose start depends on the dynamic context length.
+PARTITIONS = {"stateful": 1, "windowed": 2}
+
+
+@pytest.mark.parametrize("mode", ["stateful", "windowed"])
+def test_the_pte_decoder_body_is_as_few_xnnpack_partitions_as_the_delegate_allows(artifacts, mode):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    pte = artifacts[("pte", mode, "fp32")] / "decoder.pte"
+    program = deserialize_pte_binary(pte.read_bytes())
+    plan = getattr(program, "program", program).execution_plan[0]
+    outside = {operator.name for operator in plan.operators}
+    assert len(plan.delegates) == PARTITIONS[mode], f"{len(plan.delegates)} partitions; outside: {sorted(outside)}"
+    refused_compute = {"aten::mean", "aten::mm", "aten::bmm", "aten::native_layer_norm", "aten::expand_copy"}
+    assert not outside & refused_compute, f"outside the delegate: {sorted(outside & refused_compute)}"

@@ -78,8 +78,9 @@ class WindowedGraph(nn.Module):
         valid = positions >= 0
         embeddings = model.quantizer(frames) * valid.to(model.quantizer.table.dtype)
         hidden = self._transformer(model.pre_conv(embeddings).transpose(1, 2), positions)
-        # Rows of padding attended only to themselves: finite, but not decoder output.
-        hidden = torch.where(valid[None, :, None], hidden, torch.zeros_like(hidden)).transpose(1, 2)
+        # Rows of padding attended only to themselves: finite, but not decoder output. Zeroed by a
+        # product, not a where: XNNPACK takes the product into its graph.
+        hidden = (hidden * valid.to(hidden.dtype)[None, :, None]).transpose(1, 2)
         skipped = length - new - self.conv_context  # context frames the conv stack never needs
         tail = hidden[:, :, skipped:]
         pcm = self._masked_conv_stack(tail, (pad_frames - skipped).clamp(min=0))

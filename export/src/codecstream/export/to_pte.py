@@ -1,24 +1,30 @@
 """ExecuTorch `.pte` with the XNNPACK backend, for `executorch.runtime`.
 
-XNNPACK takes the convolutions, transposed convolutions, linears, softmax and elementwise math;
-embedding, layer norm, the attention-mask ops and the state slicing stay on ExecuTorch's CPU
-kernels. int8 is XNNPACK's dynamic quantization (pt2e flow): per-channel int8 weights of the
-linears and (transposed) convolutions, int8 activations quantized per call.
+The decoder is captured in the forms of `xnnpack_rewrites`, so that XNNPACK takes its whole body
+as one graph; the codebook lookup and the attention mask (before it) and the slicing of the next
+state out of each concatenation (after it) stay on ExecuTorch's portable kernels. int8 is
+XNNPACK's dynamic quantization (pt2e flow): per-channel int8 weights of the linears and
+(transposed) convolutions, int8 activations quantized per call; the rewrite's own linears (norm
+means, RoPE's rotation) stay fp32.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pathlib
 from collections.abc import Iterator
 from importlib.metadata import version
 
 import torch
 from codecstream.export.graphs import Graph
+from codecstream.export.xnnpack_rewrites import UNQUANTIZED, delegable, infer_symbolic_reshapes
 
 
 def capture(graph: Graph, dtype: str) -> torch.export.ExportedProgram:
-    """The graph captured for lowering to ExecuTorch (int8: quantized first)."""
+    """The graph captured for lowering to ExecuTorch (int8: quantized first), its layers in the
+    forms XNNPACK delegates (`xnnpack_rewrites`)."""
+    graph = dataclasses.replace(graph, module=delegable(graph.module))
     with _buffers_as_persistent(graph.module):
         if dtype == "int8":
             return quantize_int8(graph)
@@ -54,6 +60,8 @@ def quantize_int8(graph: Graph) -> torch.export.ExportedProgram:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    for module_type in UNQUANTIZED:
+        quantizer.set_module_type(module_type, None)
     captured = torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes).module()
     prepared = prepare_pt2e(captured, quantizer)
     prepared(*graph.example_inputs)  # dynamic activations: this only runs the weight observers
@@ -67,7 +75,9 @@ def write_pte(graph: Graph, exported: torch.export.ExportedProgram, path: pathli
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    lowered = to_edge_transform_and_lower(
+        exported, transform_passes=[infer_symbolic_reshapes], partitioner=[XnnpackPartitioner()]
+    )
     path.write_bytes(lowered.to_executorch().buffer)
     quantization = None
     if dtype == "int8":
