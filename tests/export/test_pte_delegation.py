@@ -83,6 +83,32 @@ def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoin
     ), "the rewrite changed the decoder it was given"
 
 
+def test_the_rewrite_computes_the_wide_layers_gemm_forms_as_convolutions():
+    """The tiny preset has no layer of GEMM_MIN_CHANNELS or more; the real one's wide convs are
+    im2col, pointwise and overlap-add GEMMs in the decoder, plain and sub-pixel convs rewritten."""
+    import torch
+    from codecstream.decoder.layers import GEMM_MIN_CHANNELS, CausalConv1d, CausalTransposedConv1d
+    from codecstream.export.xnnpack_rewrites import delegable
+
+    torch.manual_seed(0)
+    wide = GEMM_MIN_CHANNELS
+    layers = {
+        "im2col conv k7 d3": CausalConv1d(wide, 24, kernel_size=7, dilation=3),
+        "pointwise conv": CausalConv1d(wide, 24, kernel_size=1),
+        "overlap-add k16 s8": CausalTransposedConv1d(wide, 12, kernel_size=16, stride=8),
+        "overlap-add k2 s2": CausalTransposedConv1d(wide, 12, kernel_size=2, stride=2),
+    }
+    with torch.no_grad():
+        for name, layer in layers.items():
+            rewritten = delegable(layer)
+            x = torch.randn(1, wide, 5)
+            states = [torch.randn(1, *shape) for _, shape in layer.state_shapes()]
+            assert torch.allclose(rewritten(x), layer(x), atol=1e-5), name
+            (got, got_states), (want, want_states) = rewritten.step(x, states), layer.step(x, states)
+            assert torch.allclose(got, want, atol=1e-5), f"{name} step"
+            assert all(torch.equal(a, b) for a, b in zip(got_states, want_states, strict=True)), f"{name} state"
+
+
 #: XNNPACK partitions of each .pte's decoder body. Stateful: one (on main 62 at this size, 127 at real
 #: size); what stays outside runs before it (codebook lookup, the attention mask and positions from
 #: `position`) or after it (slicing the next state out of each concatenation: XNNPACK slices only
