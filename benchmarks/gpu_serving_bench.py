@@ -283,7 +283,10 @@ class CodecstreamSystem:
         self.target, self.metrics_url, self.pid = args.target, args.metrics_url, args.server_pid
         self.ready_timeout_s = args.ready_timeout
         # What the record says the server ran comes from the process itself, not from this command.
-        command = psutil.Process(self.pid).cmdline() if self.pid else []
+        try:
+            command = psutil.Process(self.pid).cmdline() if self.pid else []
+        except psutil.NoSuchProcess:
+            raise SystemExit(f"gpu_serving_bench: --server-pid {self.pid}: no such process") from None
         self.server_args = command
         self.deploy_config = default_deploy_config
         for flag, following in zip(command, [*command[1:], ""], strict=True):
@@ -306,21 +309,17 @@ class CodecstreamSystem:
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-        deadline = time.monotonic() + self.ready_timeout_s
         async with grpc.aio.insecure_channel(self.target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            while True:
+
+            async def serving() -> bool:
                 try:
                     reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5.0)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
                 except grpc.aio.AioRpcError:
-                    pass
-                if self.pid is not None and not alive(self.pid):
-                    raise RuntimeError(f"the server (pid {self.pid}) exited before {self.target} served")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.target} did not serve within {self.ready_timeout_s:g} s")
-                await asyncio.sleep(2.0)
+                    return False
+                return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+            await wait_until_ready(serving, f"{self.target} served", self.pid, self.ready_timeout_s)
 
     async def stream(self, text: str, result: StreamResult) -> None:
         client = self.clients[self._next % len(self.clients)]
@@ -431,6 +430,19 @@ def with_stage_settings(deploy_config: pathlib.Path, settings: dict[str, object]
     return derived
 
 
+async def wait_until_ready(ready, what: str, pid: int | None, timeout_s: float) -> None:
+    """Poll `ready()` (async, True once the server serves) every 2 s until it answers True; fail at
+    once if the server's process `pid` has exited (an H100 run waited its whole timeout on a server
+    that had died at its first import), or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await ready():
+        if pid is not None and not alive(pid):
+            raise RuntimeError(f"the server (pid {pid}) exited before {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not ready within {timeout_s:g} s: waiting until {what}")
+        await asyncio.sleep(2.0)
+
+
 def alive(pid: int) -> bool:
     """Running, not exited (a zombie its parent has not reaped yet counts as exited)."""
     try:
@@ -459,20 +471,15 @@ class VllmOmniSystem:
             timeout=httpx.Timeout(600.0, connect=30.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
         )
+
         # `vllm serve` takes minutes to start: wait until its /health answers.
-        deadline = time.monotonic() + self.ready_timeout_s
-        while True:
+        async def healthy() -> bool:
             try:
-                if (await self.http.get(f"{self.url}/health")).status_code == 200:
-                    return
+                return (await self.http.get(f"{self.url}/health")).status_code == 200
             except httpx.TransportError:
-                pass
-            if self.pid is not None and not alive(self.pid):
-                # An H100 run waited its whole timeout on a server that had died at its first import.
-                raise RuntimeError(f"the server (pid {self.pid}) exited before {self.url}/health answered")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.url}/health did not answer 200 within {self.ready_timeout_s:g} s")
-            await asyncio.sleep(2.0)
+                return False
+
+        await wait_until_ready(healthy, f"{self.url}/health answered 200", self.pid, self.ready_timeout_s)
 
     async def stream(self, text: str, result: StreamResult) -> None:
         body = {

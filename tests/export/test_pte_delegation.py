@@ -17,14 +17,19 @@ pytest.importorskip("executorch")
 HEAVY_KERNELS = {"aten::convolution", "aten::convolution_backward", "aten::_convolution"}
 
 
-@pytest.mark.parametrize("mode", ["stateful", "windowed"])
-def test_every_convolution_of_the_pte_runs_in_the_xnnpack_delegate(artifacts, mode):
+def execution_plan(artifacts, mode: str):
+    """The fp32 .pte's forward plan, and the names of the operators it runs outside any delegate."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     pte = artifacts[("pte", mode, "fp32")] / "decoder.pte"
     program = deserialize_pte_binary(pte.read_bytes())
     plan = getattr(program, "program", program).execution_plan[0]
-    outside = {operator.name for operator in plan.operators}
+    return plan, {operator.name for operator in plan.operators}
+
+
+@pytest.mark.parametrize("mode", ["stateful", "windowed"])
+def test_every_convolution_of_the_pte_runs_in_the_xnnpack_delegate(artifacts, mode):
+    plan, outside = execution_plan(artifacts, mode)
     assert plan.delegates, "nothing was delegated to XNNPACK"
     assert not outside & HEAVY_KERNELS, f"outside the delegate: {sorted(outside & HEAVY_KERNELS)}"
 
@@ -119,12 +124,7 @@ PARTITIONS = {"stateful": 1, "windowed": 2}
 
 @pytest.mark.parametrize("mode", ["stateful", "windowed"])
 def test_the_pte_decoder_body_is_as_few_xnnpack_partitions_as_the_delegate_allows(artifacts, mode):
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    pte = artifacts[("pte", mode, "fp32")] / "decoder.pte"
-    program = deserialize_pte_binary(pte.read_bytes())
-    plan = getattr(program, "program", program).execution_plan[0]
-    outside = {operator.name for operator in plan.operators}
+    plan, outside = execution_plan(artifacts, mode)
     assert len(plan.delegates) == PARTITIONS[mode], f"{len(plan.delegates)} partitions; outside: {sorted(outside)}"
     refused_compute = {"aten::mean", "aten::mm", "aten::bmm", "aten::native_layer_norm", "aten::expand_copy"}
     assert not outside & refused_compute, f"outside the delegate: {sorted(outside & refused_compute)}"
