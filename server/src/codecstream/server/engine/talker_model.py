@@ -13,6 +13,11 @@ without its end: the first prefill drops the `tts_eos` row the prompt builder pu
 once the input is final) to that same per-request buffer, which the runner keeps between steps;
 and codec EOS cannot be sampled before the talker has read `tts_eos`, so a request never ends
 before its text does. A whole-text request (no feed) runs exactly as upstream's.
+
+Each step's outputs are kept in batch operations (step_outputs.py, on unless switched off): the
+talker's last hidden row for every request in one gather, and only the codes the client channel
+carries, where upstream spends a device copy per request three times a step, one of them
+synchronous, for metadata only its code2wav stage reads.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import logging
 from typing import Any
 
 import torch
-from codecstream.server.engine import code_predictor_noise
+from codecstream.server.engine import code_predictor_noise, step_outputs
 from codecstream.server.engine.code_predictor_noise import CodePredictorNoise
 from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
+from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,12 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             device = self.text_embedding.weight.device
             self._noise = CodePredictorNoise(rows, self.mtp_sample_steps, self.mtp_sample_vocab_size, device)
             log.info("the code predictor's noise is drawn per request and frame, outside graphs (%d rows)", rows)
+        #: Whether this step's outputs are kept in batch operations (step_outputs.py).
+        self._batched_outputs = step_outputs.enabled()
+        if self._batched_outputs:
+            # make_omni_output keeps every request's last hidden row; the runner's per-request
+            # postprocess pass (a copy each) has nothing left to do.
+            self.has_postprocess = False
 
     def preprocess_batch(self, **kwargs: Any) -> None:
         if self._noise is not None:
@@ -66,6 +78,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             # The builder ends the text with tts_eos; a growing text gets it when its input ends.
             tail = update["hidden_states"]["trailing_text"]
             update["hidden_states"]["trailing_text"] = tail[:-1]
+        if self._batched_outputs:
+            step_outputs.drop_code2wav_meta(update)
         return input_ids_out, embeds, update
 
     def preprocess_decode_batch(self, *, input_ids: torch.Tensor, req_infos: list[dict[str, Any]], **kwargs: Any):
@@ -75,7 +89,18 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 self._grow(info, feed)
         if self._noise is not None:
             self._noise.fill(req_infos)
-        return super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
+        batch = super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
+        if self._batched_outputs:
+            for update in batch[-1]:
+                step_outputs.drop_code2wav_meta(update)
+        return batch
+
+    def make_omni_output(self, model_outputs: Any, **kwargs: Any) -> OmniOutput:
+        if not self._batched_outputs or isinstance(model_outputs, OmniOutput):
+            return super().make_omni_output(model_outputs, **kwargs)
+        infos = kwargs.get("model_intermediate_buffer") or []
+        step_outputs.keep_last_hidden(model_outputs, infos, kwargs.get("request_token_spans"))
+        return OmniOutput(text_hidden_states=model_outputs, multimodal_outputs=step_outputs.client_codes(infos))
 
     def _grow(self, info: dict[str, Any], feed: TextFeed) -> None:
         """Append the request's newly fed rows to its trailing text, before this step reads it;
