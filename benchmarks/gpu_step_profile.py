@@ -14,7 +14,7 @@ EngineIntrospection.codecstream_profile_start/stop) and ends the streams. From e
   bookkeep, the Omni output builder) and the host time outside them (the scheduler, the engine
   core's output handling);
 - CUDA runtime calls per step (kernel and graph launches, synchronizations and their waits), and
-  which scope issues them; the CPU ops with the most time per step.
+  which scope issues them; the CPU ops with the most time per step, and the GPU kernels (by name).
 
 The floor: what one step must read from HBM, the talker's weights once (its embeddings read only
 a row per stream), the code predictor's 15 times (one pass per residual codebook), and each
@@ -186,6 +186,8 @@ def summarize_trace(trace: dict) -> dict:
         # Which scope issues the host's CUDA calls, and the CPU ops that take its time.
         "cuda_runtime_by_scope": runtime_by_scope(in_window, count),
         "top_cpu_ops_ms": top_cpu_ops(in_window, count),
+        # Where the GPU's own time goes (CUDA only): the step's kernels by name.
+        "top_gpu_kernels": top_gpu_kernels([e for e in gpu if begin <= e["ts"] < end], count),
     }
 
 
@@ -217,6 +219,21 @@ def top_cpu_ops(events: list[dict], steps: int, keep: int = 15) -> dict[str, flo
             totals[e["name"]] = totals.get(e["name"], 0.0) + e["dur"]
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:keep]
     return {name: round(us / 1e3 / steps, 3) for name, us in ranked}
+
+
+def top_gpu_kernels(events: list[dict], steps: int, keep: int = 20) -> list[dict]:
+    """The GPU kernels (and copies) with the most time per step: name (cut to 160 characters),
+    launches and milliseconds per step, ranked by time."""
+    totals: dict[str, list[float]] = {}
+    for e in events:
+        entry = totals.setdefault(e["name"][:160], [0, 0.0])
+        entry[0] += 1
+        entry[1] += e["dur"]
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:keep]
+    return [
+        {"name": name, "per_step": round(n / steps, 1), "ms_per_step": round(us / 1e3 / steps, 3)}
+        for name, (n, us) in ranked
+    ]
 
 
 # -- the run -------------------------------------------------------------------------------
