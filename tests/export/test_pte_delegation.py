@@ -6,6 +6,7 @@ convs, whose bias was repeated per call, stayed outside it, and a real-size 2-fr
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -56,16 +57,21 @@ def test_opening_a_pte_decoder_loads_the_runtime_without_executorch_s_exporter(a
     assert "exporter imports: True" in result.stdout
 
 
+@pytest.mark.parametrize("convs_as_2d", [False, True], ids=["convs 1-D", "convs 2-D"])
 @pytest.mark.parametrize("mode", ["stateful", "windowed"])
-def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoint, mode):
-    """The forms the .pte captures (xnnpack_rewrites) agree with the decoder's own to float rounding."""
+def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoint, mode, convs_as_2d):
+    """The forms the .pte captures (xnnpack_rewrites) agree with the decoder's own to float rounding,
+    the convolutions as 2-D ones of width 1 too (what int8 quantization takes)."""
     import torch
     from codecstream.decoder import load_decoder
     from codecstream.export.graphs import build_graph
     from codecstream.export.xnnpack_rewrites import delegable
 
     graph = build_graph(load_decoder(tiny_checkpoint), mode, 25)
-    rewritten = delegable(graph.module)
+    rewritten = delegable(graph.module, convs_as_2d=convs_as_2d)
+    if convs_as_2d:
+        assert any(type(child).__name__ == "_Conv2dCausalConv1d" for child in rewritten.modules())
+        assert any(type(child).__name__ == "_Conv2dSubPixel" for child in rewritten.modules())
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         if mode == "stateful":
@@ -90,7 +96,8 @@ def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoin
 
 def test_the_rewrite_computes_the_wide_layers_gemm_forms_as_convolutions():
     """The tiny preset has no layer of GEMM_MIN_CHANNELS or more; the real one's wide convs are
-    im2col, pointwise and overlap-add GEMMs in the decoder, plain and sub-pixel convs rewritten."""
+    im2col, pointwise and overlap-add GEMMs in the decoder, plain and sub-pixel convs rewritten (as
+    1-D or 2-D convolutions)."""
     import torch
     from codecstream.decoder.layers import GEMM_MIN_CHANNELS, CausalConv1d, CausalTransposedConv1d
     from codecstream.export.xnnpack_rewrites import delegable
@@ -104,8 +111,9 @@ def test_the_rewrite_computes_the_wide_layers_gemm_forms_as_convolutions():
         "overlap-add k2 s2": CausalTransposedConv1d(wide, 12, kernel_size=2, stride=2),
     }
     with torch.no_grad():
-        for name, layer in layers.items():
-            rewritten = delegable(layer)
+        for (name, layer), convs_as_2d in itertools.product(layers.items(), (False, True)):
+            rewritten = delegable(layer, convs_as_2d=convs_as_2d)
+            name = f"{name}, convs as 2-D: {convs_as_2d}"
             x = torch.randn(1, wide, 5)
             states = [torch.randn(1, *shape) for _, shape in layer.state_shapes()]
             assert torch.allclose(rewritten(x), layer(x), atol=1e-5), name

@@ -25,14 +25,14 @@ def capture(graph: Graph, dtype: str) -> torch.export.ExportedProgram:
     """The graph captured for lowering to ExecuTorch (int8: quantized first), its layers in the
     forms XNNPACK delegates (`xnnpack_rewrites`)."""
     graph = dataclasses.replace(graph, module=delegable(graph.module))
-    with _buffers_as_persistent(graph.module):
+    with buffers_as_persistent(graph.module):
         if dtype == "int8":
             return quantize_int8(graph)
         return torch.export.export(graph.module, graph.example_inputs, dynamic_shapes=graph.dynamic_shapes)
 
 
 @contextlib.contextmanager
-def _buffers_as_persistent(module: torch.nn.Module) -> Iterator[None]:
+def buffers_as_persistent(module: torch.nn.Module) -> Iterator[None]:
     """Every buffer of `module` persistent while it is captured.
 
     The decoder keeps weights it derives at load time (the sub-pixel convs' `phase_weight` and
