@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/contention_bench.py        # ~5 minutes on 2 cores
     .venv/bin/python benchmarks/contention_bench.py --only OpenVINO
+    .venv/bin/python benchmarks/contention_bench.py --only ExecuTorch,OpenVINO \
+        --out benchmarks/results/contention_bench_pte.json
 
 A client decodes beside whatever else the device runs. Here the real-size stateful ONNX artifact
-decodes C = 2 and C = 25 frame calls over a stream that carries the state, first on a quiet
-machine, then with another process spinning on one core (`while True: pass`). Per runtime (the
-default, OpenVINO, and ONNX Runtime) and threading policy (threads; for ONNX Runtime, whether
-idle worker threads spin; for OpenVINO, also without codecstream's fused SnakeBeta, to compare
-in one run), in a fresh process each: median, p90, p99 and max per call, quiet
+(the `.pte` for ExecuTorch) decodes C = 2 and C = 25 frame calls over a stream that carries the
+state, first on a quiet machine, then with another process spinning on one core (`while True:
+pass`). Per runtime (the default, OpenVINO, ONNX Runtime, and ExecuTorch) and threading policy
+(threads; for ONNX Runtime, whether idle worker threads spin; for OpenVINO, also without
+codecstream's fused SnakeBeta, to compare in one run), in a fresh process each: median, p90, p99 and max per call, quiet
 and contended, and the ratio of the contended p99 to the quiet median, which is what a jitter
 buffer must absorb. Writes
 benchmarks/results/contention_bench.json and .png.
@@ -36,7 +38,11 @@ POLICIES = {
     "OpenVINO, 2 threads (auto's first choice)": ("openvino", 2, None),
     "OpenVINO, 2 threads, SnakeBeta unfused": ("openvino", 2, None),
     "OpenVINO, 1 thread": ("openvino", 1, None),
+    "ExecuTorch .pte, 2 threads": ("pte", 2, None),
+    "ExecuTorch .pte, 1 thread": ("pte", 1, None),
 }
+#: The artifact each backend decodes (artifact_bench's backend names).
+ARTIFACTS = {"onnx": "onnx", "openvino": "onnx", "pte": "pte"}
 #: Environment of a policy's worker beyond the driver's (artifact_bench's for the same backend).
 POLICY_ENVIRONMENT = {"OpenVINO, 2 threads, SnakeBeta unfused": artifact_bench.BACKEND_ENVIRONMENT["openvino-unfused"]}
 CALLS = {2: 60, 25: 12}
@@ -125,7 +131,9 @@ def plot(results: dict, path: pathlib.Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, default=artifact_bench.RESULTS / "contention_bench.json")
-    parser.add_argument("--only", default="", help='the policies whose name holds this text, e.g. "OpenVINO"')
+    parser.add_argument(
+        "--only", default="", help='the policies whose name holds one of these comma-separated texts, e.g. "OpenVINO"'
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,14 +142,20 @@ def main() -> None:
         return
     artifact_bench.CACHE.mkdir(parents=True, exist_ok=True)
     checkpoint = artifact_bench.ensure_checkpoint()
-    source, _ = artifact_bench.ensure_artifact(checkpoint, "onnx", 25)
+    wanted = [text.strip().lower() for text in args.only.split(",")]
+    policies = [name for name in POLICIES if any(text in name.lower() for text in wanted)]
+    sources = {
+        artifact: artifact_bench.ensure_artifact(checkpoint, artifact, 25)[0]
+        for artifact in sorted({ARTIFACTS[POLICIES[name][0]] for name in policies})
+    }
     work = artifact_bench.work_per_call(checkpoint, tuple(CALLS))
     speed = artifact_bench.machine_speed()
     log(f"machine speed: {speed}")
     load_before = os.getloadavg()
     rows = []
-    for policy in [name for name in POLICIES if args.only.lower() in name.lower()]:
+    for policy in policies:
         log(f"{policy}: measuring (load average {os.getloadavg()[0]:.2f})")
+        source = sources[ARTIFACTS[POLICIES[policy][0]]]
         command = [sys.executable, __file__, "--worker", policy, "--source", str(source)]
         env = {**os.environ, "PYTHONWARNINGS": "ignore", **POLICY_ENVIRONMENT.get(policy, {})}
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -154,11 +168,11 @@ def main() -> None:
         rows.append(row)
     results = {
         "benchmark": "contention_bench",
-        "decoder": "real-size random weights, stateful fp32 ONNX artifact",
+        "decoder": "real-size random weights, stateful fp32 ONNX artifact (ExecuTorch: the fp32 .pte)",
         "contention": "one other process spinning on one core (`while True: pass`)",
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "versions": versions("torch", "onnxruntime", "openvino", "numpy"),
+        "versions": versions("torch", "onnxruntime", "openvino", "executorch", "numpy"),
         "machine_speed": speed,
         "work_per_call": work,
         "policies": rows,
