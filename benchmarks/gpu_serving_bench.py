@@ -669,7 +669,7 @@ def plot(record: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    figure, axes = plt.subplots(1, 2, figsize=(12, 5.5), constrained_layout=True)
     for name, entry in record["systems"].items():
         rows = entry["rates"]
         for axis, key in zip(axes, ("first_chunk_ms", "end_to_end_ms"), strict=True):
@@ -684,7 +684,8 @@ def plot(record: dict, path: pathlib.Path) -> None:
     for axis, what in zip(axes, ("p95 first chunk (first audio), ms", "p95 end to end, ms"), strict=True):
         axis.set(xlabel="arrival rate, requests/s (Poisson)", ylabel=what, yscale="log")
         axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=8)
+    # One legend for both panels, under them: inside either it covered the lines.
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=8)
     figure.suptitle(
         f"open-loop serving, {record['preset']} talker shape, random weights ({where}); red x: underruns or failures"
     )
