@@ -2,8 +2,8 @@
 
 The int8 `.pte` the exporter writes quantizes the linear layers only: ExecuTorch 1.4's XNNPACK
 quantizer annotates 2-D convolutions alone, so every 1-D convolution stays fp32, and that artifact
-runs at 0.90-0.94x the fp32 one's time (artifact_bench_pte.json). Captured as 2-D convolutions of
-width 1 (`xnnpack_rewrites.delegable(convs_as_2d=True)`) they are quantized too: dynamic int8, the
+runs at 0.90-0.94x the fp32 one's time (artifact_bench_pte.json). Captured as 2-D convolutions over a
+signal of height 1 (`xnnpack_rewrites.delegable(convs_as_2d=True)`) they are quantized too: dynamic int8, the
 activations quantized per call and per tensor. Here, on the real-size random decoder (stateful):
 
 - parity (SNR against the fp32 eager decoder, 40 frames in chunks of 1-9) with the convolutions of

@@ -61,7 +61,7 @@ def test_opening_a_pte_decoder_loads_the_runtime_without_executorch_s_exporter(a
 @pytest.mark.parametrize("mode", ["stateful", "windowed"])
 def test_the_delegable_rewrite_computes_what_the_decoder_computes(tiny_checkpoint, mode, convs_as_2d):
     """The forms the .pte captures (xnnpack_rewrites) agree with the decoder's own to float rounding,
-    the convolutions as 2-D ones of width 1 too (what int8 quantization takes)."""
+    the convolutions as 2-D ones over a signal of height 1 too (what int8 quantization takes)."""
     import torch
     from codecstream.decoder import load_decoder
     from codecstream.export.graphs import build_graph

@@ -34,10 +34,11 @@ from torch.nn import functional as F
 def delegable(module: nn.Module, *, convs_as_2d: bool = False) -> nn.Module:
     """A copy of `module` whose decoder layers compute in ops XNNPACK delegates.
 
-    `convs_as_2d`: every dense convolution (not the depthwise ones) captured as a 2-D convolution of
-    width 1 (XNNPACK unsqueezes only the trailing dimension), for int8: ExecuTorch 1.4's XNNPACK
-    quantizer annotates 2-D convolutions only, so a
-    1-D one stays fp32 (the int8 .pte then ran at 0.90-0.94x the fp32 one's time).
+    `convs_as_2d`: every dense convolution (not the depthwise ones) captured as a 2-D convolution
+    over a signal of height 1, for int8: ExecuTorch 1.4's XNNPACK quantizer annotates 2-D
+    convolutions only, so a 1-D one stays fp32 (the int8 .pte then ran at 0.90-0.94x the fp32 one's
+    time). Measured, not exported (benchmarks/pte_int8_tradeoff.py): the unsqueeze and squeeze
+    around each such convolution stay outside XNNPACK, between partitions.
     """
     module = copy.deepcopy(module)
     for child in list(module.modules()):
@@ -78,7 +79,7 @@ def _drop_width(out: torch.Tensor) -> torch.Tensor:
 
 
 class _Conv2dCausalConv1d(CausalConv1d):
-    """The causal convolution as a 2-D one over a signal of width 1."""
+    """The causal convolution as a 2-D one over a signal of height 1."""
 
     weight_2d: torch.Tensor
 
@@ -90,7 +91,7 @@ class _Conv2dCausalConv1d(CausalConv1d):
 
 
 class _Conv2dSubPixel(CausalTransposedConv1d):
-    """The sub-pixel form's phase convolution as a 2-D one over a signal of width 1."""
+    """The sub-pixel form's phase convolution as a 2-D one over a signal of height 1."""
 
     phase_weight_2d: torch.Tensor
 
