@@ -18,6 +18,10 @@ program there), the median of the other four (they import it).
     .venv/bin/python benchmarks/artifact_bench.py                      # everything, ~15-25 min
     .venv/bin/python benchmarks/artifact_bench.py --backends onnx,pte  # a subset
 
+ExecuTorch's Python runtime imports torch, and this environment holds torch's CUDA build, whose
+import loads the CUDA libraries; `--client-python` also times the .pte's ready time under a
+client's own install (see docs/performance.md for the venv the records used).
+
 Artifacts and the checkpoint are built under .cache/bench/ (git-ignored) when missing. Results go
 to benchmarks/results/artifact_bench.json and .png with the machine, versions, load average and
 command line. The machine is shared: check `uptime` first and read the recorded load average.
@@ -193,15 +197,17 @@ def decoder_source_digest() -> str:
     return digest.hexdigest()
 
 
-def ensure_exported(directory: pathlib.Path, export) -> float | None:
-    """`export()` into `directory` unless it holds an export by the current sources; seconds taken or None."""
+def ensure_exported(directory: pathlib.Path, export, settings: str = "") -> float | None:
+    """`export()` into `directory` unless it holds an export by the current sources with the same
+    `settings` (what else the export depends on, e.g. its largest chunk); seconds taken or None."""
     stamp = directory / "source.sha256"
-    if (directory / "manifest.json").exists() and stamp.exists() and stamp.read_text() == decoder_source_digest():
+    key = decoder_source_digest() + (f" {settings}" if settings else "")
+    if (directory / "manifest.json").exists() and stamp.exists() and stamp.read_text() == key:
         return None
     shutil.rmtree(directory, ignore_errors=True)
     began = time.perf_counter()
     export()
-    stamp.write_text(decoder_source_digest())
+    stamp.write_text(key)
     return round(time.perf_counter() - began, 1)
 
 
@@ -219,7 +225,13 @@ def ensure_artifact(checkpoint: pathlib.Path, backend: str, max_chunk: int) -> t
     if fmt == "torch":
         return checkpoint, None
     directory = CACHE / "artifacts" / f"stateful-{dtype}-{fmt}"
-    return directory, ensure_exported(directory, lambda: export_artifact(checkpoint, directory, fmt, dtype, max_chunk))
+
+    # A run with smaller chunks (--chunks 2,8) exports for them alone: an artifact whose largest
+    # chunk is smaller than this run's would be fed the large chunks in pieces.
+    def export() -> None:
+        export_artifact(checkpoint, directory, fmt, dtype, max_chunk)
+
+    return directory, ensure_exported(directory, export, settings=f"max_chunk_frames={max_chunk}")
 
 
 def export_artifact(
@@ -265,11 +277,12 @@ _READY_SCRIPT = (
 )
 
 
-def ready_seconds(backend: str, source: pathlib.Path, threads: int) -> list[float]:
-    """Process start to a decoder that can decode, in fresh interpreters (the file in the page
-    cache after the first): the import, the open and the integrity check, no warm-up. The client's
-    cache starts empty, so the first run of a runtime that keeps its compiled program (OpenVINO)
-    compiles and stores it, and the later runs import it, as a user's first and later starts."""
+def ready_seconds(backend: str, source: pathlib.Path, threads: int, python: str = sys.executable) -> list[float]:
+    """Process start to a decoder that can decode, in fresh interpreters of `python` (the file in
+    the page cache after the first): the import, the open and the integrity check, no warm-up. The
+    client's cache starts empty, so the first run of a runtime that keeps its compiled program
+    (OpenVINO) compiles and stores it, and the later runs import it, as a user's first and later
+    starts."""
     runs = []
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "CODECSTREAM_CACHE_DIR": cache,
@@ -277,11 +290,24 @@ def ready_seconds(backend: str, source: pathlib.Path, threads: int) -> list[floa
         for _ in range(READY_RUNS):
             spawned = time.time()
             done = subprocess.run(
-                [sys.executable, "-c", _READY_SCRIPT, str(source), runtime_of(backend), str(threads)],
+                [python, "-c", _READY_SCRIPT, str(source), runtime_of(backend), str(threads)],
                 capture_output=True, text=True, check=True, env=env,
             )  # fmt: skip
             runs.append(round(float(done.stdout.split()[-1]) - spawned, 3))
     return runs
+
+
+def client_ready(backend: str, source: pathlib.Path, args: argparse.Namespace) -> dict:
+    """Ready time under a client's own install (`--client-python`): the development environment
+    holds torch's CUDA build, whose import loads the CUDA libraries, while a CPU client takes
+    torch's CPU build (PyPI's wheel on macOS and aarch64; on x86-64 Linux, PyTorch's CPU index)."""
+    torch_build = subprocess.run(
+        [args.client_python, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    runs = ready_seconds(backend, source, args.threads, python=args.client_python)
+    return {"python": args.client_python, "torch": torch_build, "ready_s_runs": runs,
+            "ready_s_median": float(np.median(runs[1:]))}  # fmt: skip
 
 
 def run_worker(backend: str, source: pathlib.Path, reference: pathlib.Path, args: argparse.Namespace) -> dict:
@@ -441,6 +467,11 @@ def main() -> None:
         "--chunks", default=",".join(map(str, CHUNKS)), type=lambda text: [int(c) for c in text.split(",")]
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--client-python",
+        help="for the .pte backends, also time ready under this interpreter, a client's install (a venv "
+        "with torch's CPU build and codecstream-client[executorch]); recorded as ready_client",
+    )
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "artifact_bench.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -470,6 +501,8 @@ def main() -> None:
         if "error" not in row:
             row["ready_s_runs"] = ready_seconds(backend, source, args.threads)
             row["ready_s_median"] = float(np.median(row["ready_s_runs"][1:]))  # the starts after the first
+            if args.client_python and runtime_of(backend) == "pte":
+                row["ready_client"] = client_ready(backend, source, args)
         if export_s is not None:
             row["export_s"] = export_s
         rows.append(row)
