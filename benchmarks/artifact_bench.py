@@ -20,7 +20,13 @@ program there), the median of the other four (they import it).
 
 ExecuTorch's Python runtime imports torch, and this environment holds torch's CUDA build, whose
 import loads the CUDA libraries; `--client-python` also times the .pte's ready time under a
-client's own install (see docs/performance.md for the venv the records used).
+client's own install, one with torch's CPU build (the record names the torch it found):
+
+    python3.11 -m venv .cache/client-venv
+    .cache/client-venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+    .cache/client-venv/bin/pip install ./protocol ./decoder './client[executorch]'
+    .venv/bin/python benchmarks/artifact_bench.py --backends pte,pte-int8 \
+        --client-python .cache/client-venv/bin/python
 
 Artifacts and the checkpoint are built under .cache/bench/ (git-ignored) when missing. Results go
 to benchmarks/results/artifact_bench.json and .png with the machine, versions, load average and
