@@ -25,8 +25,7 @@ client's own install, one with torch's CPU build (the record names the torch it 
     python3.11 -m venv .cache/client-venv
     .cache/client-venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
     .cache/client-venv/bin/pip install ./protocol ./decoder './client[executorch]'
-    .venv/bin/python benchmarks/artifact_bench.py --backends pte,pte-int8 \
-        --client-python .cache/client-venv/bin/python
+    .venv/bin/python benchmarks/artifact_bench.py --backends pte,pte-int8 --client-python .cache/client-venv/bin/python
 
 Artifacts and the checkpoint are built under .cache/bench/ (git-ignored) when missing. Results go
 to benchmarks/results/artifact_bench.json and .png with the machine, versions, load average and
