@@ -33,8 +33,8 @@ import time
 from artifact_bench import ensure_artifact, ensure_checkpoint
 from bench_record import RESULTS, machine, random_codes, versions, write_record
 
-#: Runtime name -> artifact_bench backend whose artifact it opens.
-RUNTIMES = {"pte": "pte", "openvino": "openvino", "onnx": "onnx"}
+#: open_decoder backends, each also the artifact_bench backend whose artifact it opens.
+RUNTIMES = ("pte", "openvino", "onnx")
 CHUNKS = (1, 2, 4, 8, 16, 25)
 TARGET_RATIO = 1.2
 #: Between two calls: every runtime's idle worker threads stop spinning before the next one starts.
@@ -125,8 +125,8 @@ def main() -> None:
 
     checkpoint = ensure_checkpoint()
     decoders = {}
-    for name, backend in RUNTIMES.items():
-        directory, _ = ensure_artifact(checkpoint, backend, max_chunk=25)
+    for name in RUNTIMES:
+        directory, _ = ensure_artifact(checkpoint, name, max_chunk=25)
         decoders[name] = open_decoder(directory, backend=name, threads=args.threads)
         print(f"[pte_speed_ratio] {name}: {decoders[name].description}", file=sys.stderr, flush=True)
     load_before = os.getloadavg()[0]
