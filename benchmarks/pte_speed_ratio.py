@@ -2,8 +2,8 @@
 
 artifact_bench measures one runtime after another, each in its own process; this host's other
 tenants move the cores' speed far more than the 1.2x the issue's target allows (GEMM 90 then 219
-GFLOP/s at the two ends of one artifact_bench run), so a ratio of two of its rows read 1.07x at
-C = 8 in one run and 1.53x in the next. Here the
+GFLOP/s at the two ends of one artifact_bench run, artifact_bench_pte_xeon_no_amx.json), so a
+ratio of two of its rows is no measure of it. Here the
 real-size stateful artifacts are open side by side in one process (ExecuTorch's fp32 `.pte`,
 OpenVINO with codecstream's fused SnakeBeta and ONNX Runtime on the `.onnx`, each with the same
 thread count) and take turns: each round decodes one chunk on each runtime, in an order that
