@@ -269,3 +269,57 @@ def test_a_request_the_engine_holds_for_text_gives_its_slot_back_after_max_engin
     assert isinstance(failure, TextInputExpired)
     assert str(failure) == "text input expired: no text for 1 s while the engine held its request"
     assert talker_engine.wait_for_no_live_requests() == 0
+
+
+#: max_num_seqs of the CPU deploy YAML: requests the engine runs at once.
+ENGINE_SLOTS = 8
+
+
+def test_streamed_texts_waiting_for_words_give_their_slots_to_a_newcomer_and_then_resume_exactly(talker_engine, whole):
+    """Every engine slot held by a streamed text waiting for its next words. On main a newcomer
+    waited for them to end (two tokens keeping eight texts alive with a word every 14 s: its first
+    chunk after 54 s): they kept their slots while idle. Now the newcomer is served while they
+    wait, and each, once its words come, speaks the codes it would have spoken unpaused."""
+    source, limits = talker_engine.source, ServerLimits(max_engine_wait_s=300.0)
+    cut = REPLY.index("help") + 2
+
+    async def read(generation, waiting: asyncio.Event) -> tuple[np.ndarray, Finished | None]:
+        codes, finished = [], None
+        async for event in generation:
+            if isinstance(event, Frames):
+                codes.append(event.codes)
+            elif isinstance(event, SegmentEnd):
+                waiting.set()  # it has spoken what it had, and waits for more text
+            elif isinstance(event, Finished):
+                finished = event
+        return np.concatenate(codes), finished
+
+    async def scenario():
+        texts, readers = [], []
+        for index in range(ENGINE_SLOTS):
+            text = StreamedText("", limits)
+            text.push(REPLY[:cut], flush=False, end_of_input=False)
+            request = SynthesisRequest(text="", voice="ryan", seed=SEED, max_frames=600, streamed_text=text)
+            generation = await source.open_streamed(request, f"idle-holder-{index}", limits)
+            waiting = asyncio.Event()
+            texts.append(text)
+            readers.append((asyncio.ensure_future(read(generation, waiting)), waiting, generation))
+        for _, waiting, _ in readers:
+            await asyncio.wait_for(waiting.wait(), 60)
+        newcomer = await source.open(
+            SynthesisRequest(text="A new stream.", voice="ryan", seed=3, max_frames=20), "newcomer"
+        )
+        newcomer_codes, newcomer_end = await asyncio.wait_for(read(newcomer, asyncio.Event()), 60)
+        for text in texts:
+            text.push(REPLY[cut:], flush=False, end_of_input=True)
+        held = [await task for task, _, _ in readers]
+        return newcomer_codes, newcomer_end, held, [generation.engine_counts for _, _, generation in readers]
+
+    newcomer_codes, newcomer_end, held, counts = talker_engine.run(scenario())
+    assert newcomer_end is not None and newcomer_end.reason in (FinishReason.EOS, FinishReason.LENGTH)
+    assert len(newcomer_codes) > 0
+    for codes, finished in held:
+        assert finished.reason is FinishReason.EOS
+        assert codes.tobytes() == whole.codes.tobytes()
+    assert any(count["parked"] for count in counts)
+    assert talker_engine.wait_for_no_live_requests() == 0

@@ -36,10 +36,12 @@ class TextFeed:
     eos_pending: bool
     #: The row index of `tts_eos` once final: the talker may sample codec EOS only after it.
     eos_row: int | None
-    #: Counted by the engine, for tests and metrics: decode steps taken, and the times the engine
-    #: found the request without its next text row (at a schedule, or going idle for it).
+    #: Counted by the engine, for tests and metrics: decode steps taken, the times the engine
+    #: found the request without its next text row (at a schedule, or going idle for it), and the
+    #: times it gave its slot to a waiting request (scheduler.py).
     decode_steps: int = 0
     held_schedules: int = 0
+    parked: int = 0
 
     def eos_fed(self) -> bool:
         """Whether the talker has consumed `tts_eos` (decode step k consumes row k - 1)."""
@@ -129,7 +131,7 @@ _FINISHED_KEPT = 1024
 
 
 def _counts(feed: TextFeed) -> dict[str, int]:
-    return {"decode_steps": feed.decode_steps, "held_schedules": feed.held_schedules}
+    return {"decode_steps": feed.decode_steps, "held_schedules": feed.held_schedules, "parked": feed.parked}
 
 
 #: The engine process's table (one talker stage per process).
