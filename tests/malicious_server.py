@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
+import time
 
 import grpc
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec
@@ -65,6 +66,8 @@ class MaliciousService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.downloads = 0
         #: When set, every download ends at once with this status (an artifact gone since the listing).
         self.download_status: tuple[grpc.StatusCode, str] | None = None
+        #: When set, (bytes, seconds): a download sends that many bytes, then waits that long, and so on.
+        self.trickle: tuple[int, float] | None = None
 
     def GetCodecInfo(self, request, context):
         return pb.GetCodecInfoResponse(codec=qwen3_tts_12hz_spec(DIGEST), model="malicious", server_version="0")
@@ -76,8 +79,11 @@ class MaliciousService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.downloads += 1
         if self.download_status is not None:
             context.abort(*self.download_status)
-        for start in range(request.offset, len(self.data), _PART):
-            yield pb.DownloadDecoderArtifactResponse(offset=start, data=self.data[start : start + _PART])
+        part, pause = self.trickle or (_PART, 0.0)
+        for start in range(request.offset, len(self.data), part):
+            if pause and start > request.offset:
+                time.sleep(pause)
+            yield pb.DownloadDecoderArtifactResponse(offset=start, data=self.data[start : start + part])
 
 
 class MaliciousServer:

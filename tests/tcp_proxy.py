@@ -4,7 +4,7 @@
 - `freeze()`: the proxy stops forwarding in both directions but keeps every socket open: a
   half-open connection (a peer that vanished without a FIN), which only keepalive can notice.
 - `freeze_to_client()`: the proxy stops reading what the server sends: a client that never reads
-  (TCP buffers fill, then the server's writes block).
+  (TCP buffers fill, then the server's writes block); `thaw_to_client()` lets it flow again.
 - `reject(count)` / `reject_for(seconds)`: new connections are accepted and reset at once, as
   while a network is still down: a client's reconnect attempts fail.
 - `bytes_to_upstream`: what the clients sent the server, over every connection so far.
@@ -121,6 +121,15 @@ class CuttableProxy:
                 link.to_client.clear()
 
         self.loop.call_soon_threadsafe(freeze_all)
+
+    def thaw_to_client(self) -> None:
+        """Undo freeze_to_client: the server's data flows to the clients again."""
+
+        def thaw_all():
+            for link in self._links:
+                link.to_client.set()
+
+        self.loop.call_soon_threadsafe(thaw_all)
 
     def close(self) -> None:
         """Stop accepting, reset every connection and end every task of the proxy before its loop

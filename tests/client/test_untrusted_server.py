@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pathlib
 import pickle
+import random
+import subprocess
+import sys
+import time
 import zipfile
 
 import grpc
@@ -120,3 +125,135 @@ def pickled_payload_pt2(marker: pathlib.Path) -> bytes:
                 data = pickle.dumps(_TouchesAFile(marker), protocol=2)
             archive.writestr(info, data)
     return out.getvalue()
+
+
+# -- artifacts that do not load (issue 49) --------------------------------------------------------
+
+#: A client process that opens the server's decoder on ExecuTorch and prints how that ended.
+_OPEN_PTE = """
+import sys
+from codecstream.client import Client
+from codecstream.client.runtimes import DecoderLoadError
+try:
+    with Client(sys.argv[1]) as client:
+        client.open_decoder("auto", backend="pte")
+except DecoderLoadError as error:
+    print("DecoderLoadError:", error)
+else:
+    print("opened")
+"""
+
+
+def open_in_a_client_process(target: str, cache: pathlib.Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CODECSTREAM_CACHE_DIR": str(cache)}
+    return subprocess.run(
+        [sys.executable, "-c", _OPEN_PTE, target], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_pte_of_random_bytes_kills_no_client_and_is_not_kept(malicious_server, cache):
+    """On main ExecuTorch's loader logged the file's identifier, its Python binding could not
+    decode the bytes, and the exception it threw through C++ aborted the client (SIGABRT, exit
+    134); the file matched its manifest's sha256, so it stayed cached and every later open aborted
+    again without a download."""
+    pytest.importorskip("executorch.runtime")
+    data = b"\x00\x00\x00\x00\xc3\x28\xa6\xb4" + random.Random(7).randbytes(4088)  # not UTF-8 where the id is
+    server = malicious_server([manifest_json("pte", "decoder.pte", data)], data)
+    for attempt in (1, 2):
+        ended = open_in_a_client_process(server.target, cache)
+        assert ended.returncode == 0, f"attempt {attempt}: exit {ended.returncode}: {ended.stderr[-2000:]}"
+        assert ended.stdout.startswith("DecoderLoadError: the pte decoder the server at"), ended.stdout
+        assert "is not an ExecuTorch program" in ended.stdout and "not kept" in ended.stdout
+        assert "decoder.pte" not in {path.name for path in files_under(cache)}
+    assert server.service.downloads == 2  # nothing cached to open again: the second call downloads
+
+
+def test_a_file_that_does_not_load_on_its_runtime_is_refused_and_not_kept(malicious_server, cache):
+    data = random.Random(3).randbytes(2048)
+    server = malicious_server([manifest_json("onnx", "decoder.onnx", data)], data)
+    with pytest.raises(DecoderLoadError, match=r"the onnx decoder the server at \S+ offers cannot be used, .*not kept"):
+        open_auto(server.target)
+    assert "decoder.onnx" not in {path.name for path in files_under(cache)}
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def manifest_with(data: bytes, **changes) -> str:
+    manifest = json.loads(manifest_json("onnx", "decoder.onnx", data))
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        target = manifest
+        for parent in parents:
+            target = target[parent]
+        target[leaf] = value
+    return json.dumps(manifest)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "refusal"),
+    [
+        (lambda d: manifest_with(d, chunk_frames__max=float("inf")), r"chunk_frames\.max: expected a whole number"),
+        (lambda d: manifest_with(d, chunk_frames__max=-5), r"chunk_frames must satisfy 1 <= min <= max <= 250"),
+        (lambda d: manifest_with(d, chunk_frames__min=3, chunk_frames__max=2), r"got min 3 and max 2"),
+        (lambda d: manifest_with(d, chunk_frames__max=True), r"chunk_frames\.max: expected a whole number"),
+        (lambda d: manifest_with(d).replace('"mode": "stateful"', '"mode": ' + deep(50_000)), r"nested too deeply"),
+        (
+            lambda d: manifest_with(
+                d, state=[{"name": "kv", "shape": [1 << 16, 1 << 16, 1 << 16], "dtype": "float32"}]
+            ),
+            r"state takes \d+ bytes, over the 67108864",
+        ),
+        (
+            lambda d: manifest_with(d, state=[{"name": "kv", "shape": [1, "frames"], "dtype": "float32"}]),
+            r"state\[0\]\.shape must be fixed",
+        ),
+        (
+            lambda d: manifest_with(d, inputs=[{"name": "codes", "shape": [1, "x" * 5000], "dtype": "int64"}]),
+            r"inputs\[0\]\.shape has 'xxx.*\.\.\., expected",
+        ),
+        (lambda d: manifest_with(d, inputs=[{"name": "c", "shape": [1], "dtype": "object"}]), r"inputs\[0\]\.dtype"),
+        (lambda d: manifest_with(d, codec__num_codebooks="sixteen"), r"not a valid decoder manifest"),
+        (lambda d: manifest_with(d, window={"context_frames": 72, "min_context_frames": 1e9}), r"window must"),
+        (lambda d: manifest_with(d, artifacts__onnx__size_bytes=0), r"size_bytes must be .* at least 1, got 0"),
+        (lambda d: "x" * (2 << 20), r"over the 1048576 a client parses"),
+    ],
+    ids=[
+        "infinite chunk",
+        "negative chunk",
+        "min above max",
+        "boolean chunk",
+        "50,000 deep",
+        "4 PiB state",
+        "state of a varying shape",
+        "long dimension name",
+        "unknown dtype",
+        "codec field of the wrong type",
+        "float window",
+        "empty file",
+        "2 MiB manifest",
+    ],
+)
+def test_manifest_numbers_a_client_would_allocate_or_loop_by_are_range_checked(
+    malicious_server, cache, manifest, refusal
+):
+    """On main these raised OverflowError, RecursionError, numpy's MemoryError, FileNotFoundError
+    (size 0) out of open_decoder, or (chunk_frames.max -5) opened and decoded 0 samples."""
+    data = b"x" * 64
+    server = malicious_server([manifest(data)], data)
+    with pytest.raises(DecoderLoadError, match=refusal):
+        open_auto(server.target)
+    assert server.service.downloads == 0
+
+
+def test_decoder_auto_gives_up_at_its_deadline_against_a_server_that_trickles(malicious_server, cache):
+    """On main a server sending a byte every 2 s kept open_decoder("auto") downloading forever."""
+    data = b"x" * 1024
+    server = malicious_server([manifest_json("onnx", "decoder.onnx", data)], data)
+    server.service.trickle = (1, 0.5)
+    started = time.monotonic()
+    with Client(server.target, decoder_timeout_s=2.0) as client:
+        with pytest.raises(DecoderLoadError, match=r"was not ready within 2 s \(decoder_timeout_s\)"):
+            client.open_decoder("auto")
+    assert time.monotonic() - started < 30  # the deadline, not the 60 s part timeout nor the end of the file

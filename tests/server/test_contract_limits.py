@@ -35,7 +35,6 @@ def comments() -> dict[str, str]:
     return found
 
 
-MIB = 1 << 20
 CASES = [
     ("Start.voice", r"at most (\d+) bytes", lambda n: int(n), MAX_NAME_BYTES),
     ("Start.language", r"at most (\d+) bytes", lambda n: int(n), MAX_NAME_BYTES),
@@ -50,7 +49,7 @@ CASES = [
     ("ChunkingPolicy.ramp_frames", r"At most (\d+) entries, each in \[1, (\d+)\]",
      lambda entries, frames: (int(entries), int(frames)), (MAX_RAMP_ENTRIES, MAX_CHUNK_FRAMES)),
     ("ChunkingPolicy", r"the default ramp stops at (\d+) frames", lambda n: int(n), DEFAULT_RAMP[-1]),
-    ("DownloadDecoderArtifactResponse.data", r"At most (\d+) MiB", lambda n: int(n) * MIB, PART_BYTES),
+    ("DownloadDecoderArtifactResponse.data", r"At most (\d+) KiB", lambda n: int(n) * 1024, PART_BYTES),
 ]  # fmt: skip
 
 

@@ -145,3 +145,47 @@ def test_a_download_whose_client_stops_reading_then_disconnects_logs_no_tracebac
     assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 0, 20)
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
     assert errors == [], [record.getMessage()[:300] for record in errors]
+
+
+def test_a_client_that_reads_slowly_but_steadily_finishes_its_download(offering, large_artifact):
+    """On main the stall clock ran per 1 MiB part: a client taking under a part per stall timeout
+    was dropped as "read nothing" though it read all the while (at the defaults, under 35 kB/s)."""
+    server = offering(stalled_client_timeout_s=2.0)
+    _, sha256 = large_artifact
+    rate, tail = 256 << 10, 3 << 20  # a 1 MiB part a 4 s, a 64 KiB part a 0.25 s
+    # No window beyond what the client reads: HTTP/2 flow control paces the server by the reads.
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1 << 16)]
+    taken = 0
+    with grpc.insecure_channel(server.target, options=options) as channel:
+        parts = synthesis_pb2_grpc.SynthesisServiceStub(channel).DownloadDecoderArtifact(
+            pb.DownloadDecoderArtifactRequest(sha256=sha256, offset=SIZE - tail), timeout=120
+        )
+        for part in parts:
+            taken += len(part.data)
+            time.sleep(len(part.data) / rate)
+    assert taken == tail
+    assert sample(server, "codecstream_stalled_clients_total") == 0
+
+
+def test_a_download_dropped_as_stalled_ends_with_a_status_its_client_reads(offering, large_artifact, proxy_factory):
+    """On main the server cancelled the call, which sent nothing the client could read: once it
+    read again it waited to its own deadline."""
+    server = offering(stalled_client_timeout_s=0.5)
+    proxy = proxy_factory(server.server.port)
+    _, sha256 = large_artifact
+    with grpc.insecure_channel(proxy.target) as channel:
+        parts = synthesis_pb2_grpc.SynthesisServiceStub(channel).DownloadDecoderArtifact(
+            pb.DownloadDecoderArtifactRequest(sha256=sha256), timeout=60
+        )
+        next(parts)
+        proxy.freeze_to_client()
+        assert server.wait_until(lambda: sample(server, "codecstream_stalled_clients_total") == 1, timeout=20)
+        proxy.thaw_to_client()
+        with pytest.raises(grpc.RpcError) as dropped:
+            for _ in parts:
+                pass
+    assert dropped.value.code() == grpc.StatusCode.ABORTED
+    assert dropped.value.details() == (
+        "download dropped: the client took no part (65536 bytes) for 0.5 s (stalled_client_timeout_s); "
+        "resume from the offset received"
+    )

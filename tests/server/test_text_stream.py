@@ -230,6 +230,15 @@ def text_input(text: str = "", flush: bool = False, end: bool = False) -> pb.Syn
     return pb.SynthesizeRequest(text=pb.TextInput(text=text, flush=flush, end_of_input=end))
 
 
+def test_a_repeated_empty_end_of_input_changes_nothing(replay_server_factory):
+    """On main the second one was "protocol violation: text after end_of_input" (issue 49)."""
+    server = replay_server_factory(codes=random_codes(FRAMES_PER_SEGMENT))
+    messages = [streaming_start("Hi."), text_input(end=True), text_input(end=True), text_input(flush=True)]
+    responses, code, _ = raw_call(server, *messages)
+    ends = [r.end for r in responses if r.HasField("end")]
+    assert code == grpc.StatusCode.OK and [end.reason for end in ends] == [pb.END_REASON_EOS]
+
+
 @pytest.mark.parametrize(
     ("messages", "message"),
     [

@@ -14,10 +14,11 @@ import grpc
 import numpy as np
 from codecstream.client.channel import DEFAULT_KEEPALIVE_S, call_metadata, open_channel
 from codecstream.client.code_stream import AsyncCodeStream
-from codecstream.client.decoder_download import AUTO, fetch_decoder
+from codecstream.client.decoder_download import AUTO, DEFAULT_DECODER_TIMEOUT_S, fetch_decoder
 from codecstream.client.decoders import shared_decoder
 from codecstream.client.errors import from_rpc_error
 from codecstream.client.requests import StartOptions, build_start
+from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.synthesis import AsyncAudioStream, AudioStreamStats, PcmChunk
 from codecstream.client.text_stream import AsyncTextStream
@@ -41,6 +42,7 @@ class ConnectionOptions(TypedDict, total=False):
     token: str | None
     resume_timeout_s: float | None
     keepalive_s: float
+    decoder_timeout_s: float
 
 
 class AsyncClient:
@@ -55,6 +57,8 @@ class AsyncClient:
     reattach after a lost connection; None: as long as the server keeps it (its resume window,
     which the Header states); 0: never. `keepalive_s`: ping the server this often while
     a call is open, so a connection that died silently is noticed within about twice that.
+    `decoder_timeout_s`: the most decoder="auto" may take to have the server's decoder ready (the
+    listing, the download and its check), DecoderLoadError after it.
     """
 
     def __init__(
@@ -65,8 +69,10 @@ class AsyncClient:
         token: str | None = None,
         resume_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        decoder_timeout_s: float = DEFAULT_DECODER_TIMEOUT_S,
     ) -> None:
         self.target = target
+        self._decoder_timeout_s = decoder_timeout_s
         self._channel = open_channel(target, tls, token, keepalive_s)
         self._stub = synthesis_pb2_grpc.SynthesisServiceStub(self._channel)
         self._metadata = call_metadata(token, bool(tls))
@@ -133,8 +139,18 @@ class AsyncClient:
         an artifact or checkpoint directory, or a decoder open_decoder opened. `backend` as for
         codecstream.client.runtimes.open_decoder."""
         if isinstance(decoder, str) and decoder == AUTO:
-            info = await self.codec_info()
-            decoder = await fetch_decoder(self._stub, self._metadata, info.codec, self.target, backend, cache_dir)
+
+            async def fetch() -> pathlib.Path:
+                info = await self.codec_info()
+                return await fetch_decoder(self._stub, self._metadata, info.codec, self.target, backend, cache_dir)
+
+            try:
+                decoder = await asyncio.wait_for(fetch(), self._decoder_timeout_s)
+            except asyncio.TimeoutError:  # TimeoutError itself only from Python 3.11 on
+                raise DecoderLoadError(
+                    f"the decoder of the server at {self.target} was not ready within "
+                    f"{self._decoder_timeout_s:g} s (decoder_timeout_s)"
+                ) from None
         return await asyncio.to_thread(shared_decoder, decoder, backend)
 
     def synthesize(

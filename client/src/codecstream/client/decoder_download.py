@@ -15,7 +15,9 @@ What a server sends is data from the network, trusted for nothing but the codes 
 the manifest's file name must be a plain name (Manifest refuses any other), nothing is written past
 the size the manifest lists nor above MAX_ARTIFACT_BYTES, and only formats whose runtimes read data
 and run their own kernels are fetched (NETWORK_FORMATS): a .pt2 is never, since torch.export.load
-unpickles what the archive marks as pickled, and a pickle can run any code.
+unpickles what the archive marks as pickled, and a pickle can run any code. A file is opened in a
+child process before the client opens it (artifact_trial.py): one that does not open there, or
+crashes its runtime, is not kept.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import logging
 import pathlib
 
 import grpc
+from codecstream.client import artifact_trial
 from codecstream.client.cache import cache_root, digest_folder_name
 from codecstream.client.errors import CONNECTION_LOST, from_rpc_error
-from codecstream.client.runtimes import runnable_formats
+from codecstream.client.runtimes import runnable_formats, runtime_for
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import Manifest, file_sha256, read_manifest, write_manifest
@@ -47,8 +50,16 @@ NETWORK_FORMATS = ("onnx", "pte")
 #: The largest file the client downloads: ONNX's protobuf cannot exceed 2 GiB, and the real-size
 #: fp32 decoder is under a quarter of it; a manifest listing more is refused before any byte.
 MAX_ARTIFACT_BYTES = 2 << 30
+#: The most decoder="auto" may take by default, listing, download and check together
+#: (AsyncClient's decoder_timeout_s): the real-size fp32 decoder (457 MB) at 1 MB/s, and its check.
+DEFAULT_DECODER_TIMEOUT_S = 600.0
+#: The longest manifest the client parses: an exported one is a few kB.
+MAX_MANIFEST_CHARS = 1 << 20
 #: Longest wait for the next part of a download: a server that stops sending fails the download.
 PART_TIMEOUT_S = 60.0
+#: Longest wait for the child process that opens a downloaded file first (artifact_trial.py); the
+#: real-size decoder opens and warms up in seconds.
+TRIAL_TIMEOUT_S = 300.0
 DOWNLOAD_ATTEMPTS = 5
 _FIRST_RETRY_S = 0.2
 
@@ -96,10 +107,7 @@ async def fetch_decoder(
             raise from_rpc_error(error) from None
     offers = []
     for artifact in listing.artifacts:
-        try:
-            manifest = Manifest.from_json(json.loads(artifact.manifest_json), f"the manifest {target} sent")
-        except (ManifestError, json.JSONDecodeError) as error:
-            raise DecoderLoadError(f"{target} offers a decoder artifact this client cannot read: {error}") from None
+        manifest = _offered_manifest(artifact.manifest_json, target)
         if manifest.codec_spec() == codec:
             offers.extend(Offer(manifest, fmt) for fmt in manifest.artifacts)
     if not offers:
@@ -137,7 +145,43 @@ async def fetch_decoder(
         if not path.is_file():  # only a file whose sha256 was checked is ever renamed to `path`
             await _download(stub, metadata, entry.sha256, entry.size_bytes, path, target)
         await asyncio.to_thread(_keep_manifest, directory, manifest)
+        try:
+            await artifact_trial.try_open(directory, runtime_for(directory, backend), TRIAL_TIMEOUT_S)
+        except (DecoderLoadError, asyncio.TimeoutError) as error:
+            await asyncio.to_thread(_discard, directory, entry.file)
+            why = str(error) if isinstance(error, DecoderLoadError) else f"it did not open within {TRIAL_TIMEOUT_S:g} s"
+            raise DecoderLoadError(
+                f"the {offer.format} decoder the server at {target} offers cannot be used, {why}; "
+                "not kept (a later call downloads it again)"
+            ) from None
     return directory
+
+
+def _offered_manifest(text: str, target: str) -> Manifest:
+    """A manifest from the listing, parsed within bounds: the server chose every byte of it."""
+    where = f"the manifest {target} sent"
+    if len(text) > MAX_MANIFEST_CHARS:
+        raise DecoderLoadError(
+            f"{target} offers a decoder artifact this client cannot read: {where} is {len(text)} characters, "
+            f"over the {MAX_MANIFEST_CHARS} a client parses"
+        )
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise DecoderLoadError(f"{target} offers a decoder artifact this client cannot read: {where}: {why}") from None
+    if not isinstance(data, dict):
+        raise DecoderLoadError(f"{target} offers a decoder artifact this client cannot read: {where} is not an object")
+    try:
+        return Manifest.from_json(data, where)
+    except ManifestError as error:
+        raise DecoderLoadError(f"{target} offers a decoder artifact this client cannot read: {error}") from None
+
+
+def _discard(directory: pathlib.Path, file: str) -> None:
+    """Remove an artifact that did not open, and what was kept about it, from the cache."""
+    for path in (directory / file, *directory.glob(".opened-by-*")):
+        path.unlink(missing_ok=True)
 
 
 def _keep_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
@@ -180,7 +224,9 @@ async def _download(stub, metadata, sha256: str, size: int, path: pathlib.Path, 
                 await _receive(stub, metadata, sha256, offset, size, partial, target)
             break
         except grpc.RpcError as error:
-            if error.code() not in CONNECTION_LOST or attempt == DOWNLOAD_ATTEMPTS:
+            # ABORTED: the server dropped a download it found stalled (its message says so); resumed.
+            resumable = error.code() in CONNECTION_LOST or error.code() is grpc.StatusCode.ABORTED
+            if not resumable or attempt == DOWNLOAD_ATTEMPTS:
                 raise from_rpc_error(error) from None
             log.info("decoder download from %s broke at attempt %d (%s); resuming", target, attempt, error.code().name)
             await asyncio.sleep(delay)

@@ -25,10 +25,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import pathlib
 import re
 from typing import Any
 
+from codecstream.protocol.chunking import MAX_CHUNK_FRAMES
 from codecstream.protocol.codec_spec import CODEC_SPEC_FIELDS
 from codecstream.protocol.errors import ManifestError
 from codecstream.v1 import codec_pb2
@@ -50,6 +52,18 @@ SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 #: choosing on the client's disk.
 FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
+#: Element types a graph's tensors have (int64 codes and positions, float PCM and state).
+TENSOR_DTYPES = ("int64", "int32", "float32", "bfloat16", "float16")
+#: The most bytes a stateful graph's state may take. The real-size decoder's (KV caches of 72
+#: frames, conv histories, transposed-conv tails) is about 5 MB; a manifest listing more than this
+#: describes no decoder of this codec, and a client would allocate it for every stream.
+MAX_STATE_BYTES = 64 << 20
+#: The largest fixed dimension a graph tensor may list (the widest real one is 1,536 channels).
+MAX_FIXED_DIMENSION = 1 << 16
+#: The most frames of left context a windowed graph may keep (the codec's decoder reaches ~578).
+MAX_CONTEXT_FRAMES = 4096
+_DTYPE_BYTES = {"int64": 8, "int32": 4, "float32": 4, "bfloat16": 2, "float16": 2}
+
 _HASH_BLOCK = 1 << 22
 
 
@@ -67,7 +81,9 @@ class TensorSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TensorSpec:
-        return cls(str(data["name"]), tuple(data["shape"]), str(data["dtype"]))
+        if not isinstance(data["shape"], list):
+            raise ValueError(f"shape: expected a list, got {_shown(data['shape'])}")
+        return cls(str(data["name"])[:128], tuple(data["shape"]), str(data["dtype"])[:32])
 
     def fixed_shape(self) -> tuple[int, ...]:
         """The shape of a tensor whose dimensions are all fixed (state tensors)."""
@@ -170,12 +186,13 @@ class Manifest:
             )
         try:
             codec = {field: data["codec"][field] for field in CODEC_SPEC_FIELDS}
+            codec_pb2.CodecSpec(**codec)  # each field of the type the contract gives it
             manifest = cls(
                 codec=codec,
                 mode=data["mode"],
                 dtype=data["dtype"],
-                min_chunk_frames=int(data["chunk_frames"]["min"]),
-                max_chunk_frames=int(data["chunk_frames"]["max"]),
+                min_chunk_frames=_whole(data["chunk_frames"]["min"], "chunk_frames.min"),
+                max_chunk_frames=_whole(data["chunk_frames"]["max"], "chunk_frames.max"),
                 inputs=tuple(TensorSpec.from_json(d) for d in data["inputs"]),
                 outputs=tuple(TensorSpec.from_json(d) for d in data["outputs"]),
                 state=tuple(TensorSpec.from_json(d) for d in data["state"]),
@@ -187,7 +204,8 @@ class Manifest:
         except (KeyError, TypeError, ValueError) as error:
             raise ManifestError(f"{where}: not a valid decoder manifest (missing or malformed {error})") from None
         if manifest.mode not in ARTIFACT_MODES:
-            raise ManifestError(f"{where}: mode {manifest.mode!r} is not one of {', '.join(ARTIFACT_MODES)}")
+            raise ManifestError(f"{where}: mode {_shown(manifest.mode)} is not one of {', '.join(ARTIFACT_MODES)}")
+        _check_shapes(where, manifest)
         if manifest.mode == "windowed" and manifest.window is None:
             raise ManifestError(f"{where}: a windowed manifest needs a 'window' entry")
         unknown = sorted(set(manifest.artifacts) - set(ARTIFACT_FORMATS))
@@ -214,9 +232,58 @@ def _check_entry(where: str, fmt: str, entry: ArtifactFile) -> None:
         )
     if not (isinstance(entry.sha256, str) and SHA256.fullmatch(entry.sha256)):
         raise ManifestError(f"{where}: {field}.sha256 must be 'sha256:' and 64 lowercase hex digits")
-    if type(entry.size_bytes) is not int or entry.size_bytes < 0:
+    if type(entry.size_bytes) is not int or entry.size_bytes < 1:
         raise ManifestError(
-            f"{where}: {field}.size_bytes must be a whole number of bytes, got {_shown(entry.size_bytes)}"
+            f"{where}: {field}.size_bytes must be a whole number of bytes, at least 1, got {_shown(entry.size_bytes)}"
+        )
+
+
+def _whole(value: Any, field: str) -> int:
+    """A whole number from the JSON (not a float, a bool or a string that reads as one)."""
+    if type(value) is not int:
+        raise ValueError(f"{field}: expected a whole number, got {_shown(value)}")
+    return value
+
+
+def _check_shapes(where: str, manifest: Manifest) -> None:
+    """The numbers a client allocates and loops by, within what a decoder of this codec has."""
+    low, high = manifest.min_chunk_frames, manifest.max_chunk_frames
+    if not 1 <= low <= high <= MAX_CHUNK_FRAMES:
+        raise ManifestError(
+            f"{where}: chunk_frames must satisfy 1 <= min <= max <= {MAX_CHUNK_FRAMES}, got min {low} and max {high}"
+        )
+    window = manifest.window
+    if window is not None:
+        context, least = window.context_frames, window.min_context_frames
+        if not (type(context) is int and type(least) is int and 1 <= least <= context <= MAX_CONTEXT_FRAMES):
+            raise ManifestError(
+                f"{where}: window must satisfy 1 <= min_context_frames <= context_frames <= {MAX_CONTEXT_FRAMES}, "
+                f"got {_shown(least)} and {_shown(context)}"
+            )
+    names = {"frames", "context_frames", f"frames*{manifest.codec['samples_per_frame']}"}
+    state_bytes = 0
+    for kind in ("inputs", "outputs", "state"):
+        for index, spec in enumerate(getattr(manifest, kind)):
+            label = f"{kind}[{index}]"
+            if spec.dtype not in TENSOR_DTYPES:
+                raise ManifestError(
+                    f"{where}: {label}.dtype is {_shown(spec.dtype)}, expected one of {', '.join(TENSOR_DTYPES)}"
+                )
+            for dim in spec.shape:
+                fixed = type(dim) is int and 0 <= dim <= MAX_FIXED_DIMENSION
+                if not fixed and dim not in names:
+                    raise ManifestError(
+                        f"{where}: {label}.shape has {_shown(dim)}, expected a whole number 0..{MAX_FIXED_DIMENSION} "
+                        f"or one of {', '.join(sorted(names))}"
+                    )
+            if kind == "state":
+                if not all(type(dim) is int for dim in spec.shape):
+                    raise ManifestError(f"{where}: {label}.shape must be fixed, got {_shown(list(spec.shape))}")
+                state_bytes += math.prod(spec.shape) * _DTYPE_BYTES[spec.dtype]
+    if state_bytes > MAX_STATE_BYTES:
+        raise ManifestError(
+            f"{where}: the state takes {state_bytes} bytes, over the {MAX_STATE_BYTES} a decoder of this codec may "
+            "(a client allocates it for every stream)"
         )
 
 
@@ -241,6 +308,8 @@ def read_manifest(directory: pathlib.Path | str) -> Manifest:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ManifestError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ManifestError(f"{path}: not a decoder manifest (JSON nested too deeply)") from None
     except OSError as error:
         raise ManifestError(f"{path} cannot be read: {error.strerror or error}") from None
     if not isinstance(data, dict):

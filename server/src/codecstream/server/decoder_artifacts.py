@@ -21,8 +21,13 @@ from codecstream.protocol.manifest import MANIFEST_FILE, SHA256, read_manifest, 
 from codecstream.v1 import codec_pb2
 from codecstream.v1 import synthesis_pb2 as pb
 
-#: Bytes per DownloadDecoderArtifactResponse: well under gRPC's 4 MB default message limit.
-PART_BYTES = 1 << 20
+#: Bytes per DownloadDecoderArtifactResponse. The stall rule counts parts a client takes, so a part
+#: is small: a client taking fewer than PART_BYTES per stalled_client_timeout_s (2.2 kB/s at the
+#: defaults) is dropped, a slower link than any a decoder download is worth; with 1 MiB parts a
+#: client under 35 kB/s was.
+PART_BYTES = 1 << 16
+#: Bytes read from the file per trip to a thread, cut into parts there.
+READ_BYTES = 1 << 20
 
 
 class ArtifactNotOffered(LookupError):
@@ -89,14 +94,21 @@ class DecoderArtifacts:
         return offered
 
 
-def serialized_parts(offered: OfferedFile, offset: int) -> Iterator[tuple[int, bytes]]:
-    """(bytes of the file, serialized DownloadDecoderArtifactResponse) for each part of `offered`
-    from `offset` to its end, PART_BYTES each (blocking reads and copies: run it in a thread)."""
+def serialized_parts(offered: OfferedFile, offset: int) -> Iterator[list[tuple[int, bytes]]]:
+    """The parts of `offered` from `offset` to its end, READ_BYTES of the file at a time: each a
+    list of (bytes of the file, serialized DownloadDecoderArtifactResponse) of PART_BYTES each
+    (blocking reads and copies: run it in a thread)."""
     with open(offered.path, "rb") as handle:
         handle.seek(offset)
         while offset < offered.size_bytes:
-            data = handle.read(min(PART_BYTES, offered.size_bytes - offset))
+            data = handle.read(min(READ_BYTES, offered.size_bytes - offset))
             if not data:
                 return
-            yield len(data), pb.DownloadDecoderArtifactResponse(offset=offset, data=data).SerializeToString()
-            offset += len(data)
+            parts = []
+            for start in range(0, len(data), PART_BYTES):
+                piece = data[start : start + PART_BYTES]
+                parts.append(
+                    (len(piece), pb.DownloadDecoderArtifactResponse(offset=offset, data=piece).SerializeToString())
+                )
+                offset += len(piece)
+            yield parts

@@ -22,6 +22,7 @@ from codecstream.server import __version__
 from codecstream.server.admission import Admission
 from codecstream.server.auth import principal
 from codecstream.server.decoder_artifacts import (
+    PART_BYTES,
     ArtifactNotOffered,
     DecoderArtifacts,
     OffsetOutOfRange,
@@ -182,22 +183,35 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
                 self._in_background(asyncio.to_thread(release_free_heap))
 
     async def _send_parts(self, offered, offset: int, context) -> None:
-        """Send the file from `offset` on. Each part is read and serialized in a thread (the handler's
-        serializer passes bytes through), so the event loop only hands finished messages to gRPC."""
-        parts = serialized_parts(offered, offset)
-        while (part := await asyncio.to_thread(next, parts, None)) is not None:
-            size, message = part
-            try:
-                sent = await self._write(context, message)
-            except ClientGone:
-                raise asyncio.CancelledError("the client went away during a write") from None
-            if not sent:
-                self.metrics.stalled_clients.inc()
-                timeout = self.limits.stalled_client_timeout_s
-                log.info("dropped a decoder download whose client read nothing for %g s", timeout)
-                # As for a stalled stream (_follow): the pending write makes a status fail inside gRPC.
-                raise asyncio.CancelledError(f"the client read nothing for {timeout:g} s")
-            self.metrics.artifact_bytes.inc(size)
+        """Send the file from `offset` on. The parts are read and serialized in a thread, a read's
+        worth at a time (the handler's serializer passes bytes through), so the event loop only
+        hands finished messages to gRPC. A client that takes no part for the stall timeout is
+        dropped with a status it reads once it reads again; a slow one that keeps taking parts is
+        not (the rule counts bytes taken, PART_BYTES at a time)."""
+        reads = serialized_parts(offered, offset)
+        while (parts := await asyncio.to_thread(next, reads, None)) is not None:
+            for size, message in parts:
+                try:
+                    sent = await self._write(context, message)
+                except ClientGone:
+                    raise asyncio.CancelledError("the client went away during a write") from None
+                if not sent:
+                    self._drop_stalled_download(context)
+                    return
+                self.metrics.artifact_bytes.inc(size)
+
+    def _drop_stalled_download(self, context) -> None:
+        self.metrics.stalled_clients.inc()
+        timeout = self.limits.stalled_client_timeout_s
+        log.info("dropped a decoder download whose client took nothing for %g s", timeout)
+        # Unlike a stalled stream's (_follow), this status reaches the client once it reads again;
+        # cancelling the call instead left the client waiting to its own deadline.
+        _set_status(
+            context,
+            "ABORTED",
+            f"download dropped: the client took no part ({PART_BYTES} bytes) for {timeout:g} s "
+            "(stalled_client_timeout_s); resume from the offset received",
+        )
 
     # -- streaming ---------------------------------------------------------------------------
 

@@ -57,7 +57,9 @@ class StreamedText:
     def push(self, text: str, flush: bool, end_of_input: bool) -> None:
         """Append one TextInput; raise TextInputViolation for one the contract forbids."""
         if self.ended:
-            raise TextInputViolation("text after end_of_input")
+            if text:
+                raise TextInputViolation("text after end_of_input")
+            return  # a repeated end_of_input (or flush) says nothing new
         if not text and not (flush or end_of_input):
             raise TextInputViolation("a text input with empty text and neither flush nor end_of_input")
         problem = text_length_problem(len(self.text) + len(text), self._max_chars)

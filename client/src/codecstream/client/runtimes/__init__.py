@@ -102,7 +102,12 @@ def open_decoder(
     reason and, for a missing runtime, the extra to install; a decoder whose warm-up decode fails
     is refused here rather than mid-stream.
     """
-    decoder = _open(source, backend, threads, precision)
+    try:
+        decoder = _open(source, backend, threads, precision)
+    except DecoderLoadError:
+        raise
+    except Exception as error:  # what a runtime raises for what it cannot use is a load failure too
+        raise DecoderLoadError(f"{source}: the decoder does not load: {type(error).__name__}: {error}") from None
     if warm_up:
         try:
             decoder.warm_up()
@@ -115,7 +120,13 @@ def check_decoder_source(source: str | pathlib.Path, backend: str = "auto") -> N
     """Raise DecoderLoadError now, without loading anything, for a source `open_decoder` would
     refuse before loading: a missing directory, neither a manifest nor decoder weights, a manifest
     that does not parse, a backend it does not hold or whose runtime is not installed."""
-    _locate(source, backend, "fp32")
+    runtime_for(source, backend)
+
+
+def runtime_for(source: str | pathlib.Path, backend: str = "auto") -> str:
+    """The runtime `open_decoder(source, backend=backend)` opens it with ("torch" for a checkpoint),
+    without loading anything; DecoderLoadError as `check_decoder_source`."""
+    return _locate(source, backend, "fp32")[2]
 
 
 def _open(source: str | pathlib.Path, backend: str, threads: int | None, precision: str) -> LoadedDecoder:
@@ -211,9 +222,11 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, runtime: str, th
         verification = pool.submit(verified_artifact_path, directory, entry)
         try:
             program = _program_class(runtime).load(directory, entry, manifest, threads)
-        except Exception:
+        except Exception as error:
             _check_verified(verification)  # a modified or missing file is the reason to report
-            raise
+            if isinstance(error, DecoderLoadError):
+                raise
+            raise DecoderLoadError(f"{directory / entry.file} does not load on {runtime}: {error}") from None
         _check_verified(verification)
     quantized = f", {entry.quantization}" if entry.quantization else ""
     attributes = dict(
@@ -252,4 +265,5 @@ __all__ = [
     "installed",
     "open_decoder",
     "runnable_formats",
+    "runtime_for",
 ]

@@ -3,12 +3,19 @@
 The ExecuTorch Python runtime takes and returns torch tensors, so this backend needs torch. Its
 outputs live in the program's planned memory and are overwritten by the next call: `run` copies
 them out, and runs one call at a time (streams sharing the program share that memory).
+
+A file is checked to be an ExecuTorch program (its flatbuffer's identifier) before the runtime
+reads it: ExecuTorch 1.4's loader logs a wrong identifier with the file's raw bytes, its Python
+binding fails to decode them as UTF-8, and the exception it throws through C++ aborts the process.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import importlib.util
 import pathlib
+import re
 import sys
 import threading
 import types
@@ -16,6 +23,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
 
+from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.client.runtimes.program import TensorInfo, TorchTensors, check_signature, missing_runtime
 from codecstream.protocol.manifest import Manifest
 
@@ -32,6 +40,7 @@ class PteProgram(TorchTensors):
         except ImportError as error:
             raise missing_runtime("the ExecuTorch runtime", "executorch", error) from None
         self._torch = torch
+        check_identifier(path)
         if threads:
             # One XNNPACK thread pool per process: the last decoder opened sets it for all.
             _unsafe_reset_threadpool(threads)
@@ -64,6 +73,35 @@ class PteProgram(TorchTensors):
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._one_call_at_a_time:
             return [output.clone() for output in self._method.execute(list(inputs))]
+
+
+def check_identifier(path: pathlib.Path) -> None:
+    """Raise DecoderLoadError unless `path` starts as a program of the installed ExecuTorch does:
+    a flatbuffer whose file identifier (bytes 4 to 8) is its schema's."""
+    expected = _program_identifier()
+    if expected is None:
+        return  # no schema shipped beside the runtime: the runtime's own check has to do
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError as error:
+        raise DecoderLoadError(f"{path} cannot be read: {error.strerror or error}") from None
+    if head[4:8] != expected:
+        raise DecoderLoadError(
+            f"{path} is not an ExecuTorch program: its identifier is {head[4:8]!r}, "
+            f"ExecuTorch {version('executorch')} reads {expected!r}"
+        )
+
+
+@functools.cache
+def _program_identifier() -> bytes | None:
+    """The `file_identifier` of the program schema installed with the runtime (program.fbs)."""
+    try:
+        schema = (importlib.resources.files("executorch") / "schema" / "program.fbs").read_bytes()
+    except (ModuleNotFoundError, OSError):
+        return None
+    found = re.search(rb'file_identifier\s+"([^"]{4})"', schema)
+    return found.group(1) if found else None
 
 
 def _describe(info) -> TensorInfo:
