@@ -278,7 +278,70 @@ def test_a_seeded_request_inside_a_batch_is_recorded_as_equal_or_not_to_the_same
     print(f"seeded request alone vs inside a batch of {lane.batch}: {finding}")
 
 
-# -- 6. the engine killed (last: it restarts the engine) ---------------------------------------------
+# -- 6. every slot held by streamed texts waiting for words ------------------------------------------
+
+#: Newcomers measured one after another, quiet and then beside the idle holders.
+NEWCOMERS = 8
+#: Holders per client connection (one HTTP/2 connection carries this many calls at once).
+HOLDERS_PER_CONNECTION = 32
+
+
+async def newcomer_first_chunks(target: str) -> list[float]:
+    """First-chunk seconds of NEWCOMERS whole-text streams, one after another."""
+    seconds = []
+    async with AsyncClient(target) as client:
+        for index in range(NEWCOMERS):
+            stream = client.stream_codes(TEXT, voice=VOICE, seed=300 + index, max_frames=8, chunking=[1])
+            async for _ in stream:
+                pass
+            seconds.append(stream.first_chunk_at - stream.opened_at)
+    return seconds
+
+
+def test_streamed_texts_idle_in_every_engine_slot_leave_a_newcomer_served_at_once(lane_server, lane, lane_report):
+    """Every request slot of the engine held by a streamed text that spoke its words and waits for
+    more (the lane's server gives one client every slot: the engine sees no identities, so this is
+    what any number of identities holding every slot between them comes to). On main a newcomer
+    waited until the holders ended; now they give way while idle (scheduler.py)."""
+    slots = yaml.safe_load(lane.deploy_config.read_text())["stages"][0]["max_num_seqs"]
+
+    async def run() -> tuple[list[float], list[float], int]:
+        quiet = await newcomer_first_chunks(lane_server.target)
+        clients = [AsyncClient(lane_server.target) for _ in range(-(-slots // HOLDERS_PER_CONNECTION))]
+        holders = []
+        try:
+            for index in range(slots):
+                text = clients[index // HOLDERS_PER_CONNECTION].stream_text(
+                    "Hello there, and", voice=VOICE, seed=400 + index, max_frames=LONG_FRAMES
+                )
+                await text.codes.open()
+                holders.append(text)
+            # Each has spoken what it had (its first chunk came) and now waits for more words.
+            await asyncio.gather(*(anext(aiter(holder.codes)) for holder in holders))
+            beside = await newcomer_first_chunks(lane_server.target)
+            still_open = sum(holder.codes.end is None for holder in holders)
+            for holder in holders:
+                await holder.codes.cancel()
+        finally:
+            for client in clients:
+                await client.close()
+        return quiet, beside, still_open
+
+    quiet, beside, still_open = asyncio.run(run())
+    finding = {
+        "slots_held": slots,
+        "newcomers": NEWCOMERS,
+        "quiet_first_chunk_ms": [round(s * 1000, 1) for s in quiet],
+        "beside_idle_holders_first_chunk_ms": [round(s * 1000, 1) for s in beside],
+        "median_ratio": round(float(np.median(beside) / np.median(quiet)), 2),
+    }
+    lane_report.add("idle_holders_in_every_slot", finding)
+    print(f"newcomers beside {slots} idle streamed texts: {finding}")
+    assert still_open == slots, "holders ended before the newcomers were served: they were not served beside them"
+    wait_for(lambda: lane_server.metric("codecstream_streams_active") == 0, 60, "no stream left active")
+
+
+# -- 7. the engine killed (last: it restarts the engine) ---------------------------------------------
 
 
 def serving(server) -> bool:
