@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import platform
+import subprocess
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -29,9 +30,26 @@ def _cpuinfo_field(name: str) -> str:
     return ""
 
 
+def commit() -> str:
+    """The commit the benchmark ran at: git's, or CODECSTREAM_COMMIT where the tree was copied
+    without its history (a device machine), with "+changes" for uncommitted edits git can see."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=10,
+            ).stdout.strip()  # fmt: skip
+            return head.stdout.strip() + ("+changes" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("CODECSTREAM_COMMIT", "unknown")
+
+
 def machine() -> dict:
     """The CPU (model and the extensions that matter), memory, OS, Python, how loaded the machine
-    was at the start, the exact command and the date."""
+    was at the start, the commit, the exact command and the date."""
     flags = _cpuinfo_field("flags").split()
     return {
         "cpu": _cpuinfo_field("model name") or platform.processor() or "unknown",
@@ -42,6 +60,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         # Other work on this 2-core machine during the run inflates tails: say how loaded it was.
         "load_average_1m_at_start": os.getloadavg()[0],
+        "commit": commit(),
         "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -18,21 +18,30 @@ Each step's outputs are kept in batch operations (step_outputs.py, on unless swi
 talker's last hidden row for every request in one gather, and only the codes the client channel
 carries, where upstream spends a device copy per request three times a step, one of them
 synchronous, for metadata only its code2wav stage reads.
+
+Codebooks 1-15 come from codecstream's own code predictor (code_predictor/, on unless
+CODECSTREAM_CODE_PREDICTOR=vllm-omni): the same weights and arithmetic, one new position per pass.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import torch
 from codecstream.server.engine import code_predictor_noise, step_outputs
+from codecstream.server.engine.code_predictor.runner import CodePredictorRunner
 from codecstream.server.engine.code_predictor_noise import CodePredictorNoise
 from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 
 log = logging.getLogger(__name__)
+
+#: "codecstream" (the default): codebooks 1-15 from code_predictor/; "vllm-omni": from vLLM-Omni's
+#: own predictor, to measure the difference.
+CODE_PREDICTOR_VARIABLE = "CODECSTREAM_CODE_PREDICTOR"
 
 
 class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
@@ -41,14 +50,23 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
 
     def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:  # vLLM reads these names
         super().__init__(vllm_config=vllm_config, prefix=prefix)
+        scheduler, compilation = vllm_config.scheduler_config, vllm_config.compilation_config
+        #: The most frames one code-predictor call takes (a decode batch, or a captured graph's size).
+        self._max_rows = max(scheduler.max_num_seqs, compilation.max_cudagraph_capture_size or 0)
         #: The code predictor's seeded noise (code_predictor_noise.py), where switched on.
         self._noise: CodePredictorNoise | None = None
         if code_predictor_noise.enabled():
-            scheduler, compilation = vllm_config.scheduler_config, vllm_config.compilation_config
-            rows = max(scheduler.max_num_seqs, compilation.max_cudagraph_capture_size or 0)
             device = self.text_embedding.weight.device
-            self._noise = CodePredictorNoise(rows, self.mtp_sample_steps, self.mtp_sample_vocab_size, device)
-            log.info("the code predictor's noise is drawn per request and frame, outside graphs (%d rows)", rows)
+            self._noise = CodePredictorNoise(self._max_rows, self.mtp_sample_steps, self.mtp_sample_vocab_size, device)
+            log.info(
+                "the code predictor's noise is drawn per request and frame, outside graphs (%d rows)", self._max_rows
+            )
+        choice = os.environ.get(CODE_PREDICTOR_VARIABLE, "codecstream")
+        if choice not in ("codecstream", "vllm-omni"):
+            raise ValueError(f"{CODE_PREDICTOR_VARIABLE} is {choice!r}, expected codecstream or vllm-omni")
+        #: codecstream's code predictor, made at its first call (the weights are loaded by then).
+        self._own_predictor = choice == "codecstream"
+        self._predictor: CodePredictorRunner | None = None
         #: Whether this step's outputs are kept in batch operations (step_outputs.py).
         self._batched_outputs = step_outputs.enabled()
         if self._batched_outputs:
@@ -65,7 +83,60 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if self._noise is not None and kwargs.get("sample_uniforms") is None:
             # The rows this step's preprocess filled (under a CUDA graph: the buffer it captured).
             kwargs.update(sample_uniforms=self._noise.rows(int(input_ids.shape[0])), generator=None, generators=None)
-        return super().talker_mtp(input_ids, *args, **kwargs)
+        if not self._own_predictor:
+            return super().talker_mtp(input_ids, *args, **kwargs)
+        return self._predict(input_ids, *args, **kwargs)
+
+    def _predict(
+        self,
+        input_ids: torch.Tensor,
+        input_embeds: torch.Tensor,
+        last_talker_hidden: torch.Tensor,
+        text_step: torch.Tensor,
+        do_sample: bool | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        sample_uniforms: torch.Tensor | None = None,
+        **_: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """talker_mtp on codecstream's code predictor: (the next talker input [B, H], codes [B, 16]).
+        Per-row generators are not taken: seeds hold through the seeded noise (on by default)."""
+        params = self._subtalker_sampling_params
+        do_sample = bool(params.get("do_sample", True)) if do_sample is None else do_sample
+        temperature = float(params.get("temperature", 0.9)) if temperature is None else temperature
+        top_k = int(params.get("top_k", 50)) if top_k is None else top_k
+        top_p = float(params.get("top_p", 1.0)) if top_p is None else top_p
+        if do_sample and top_p != 1.0:
+            raise NotImplementedError("the code predictor samples with top_p 1.0 only (subtalker_sampling_params)")
+        if self._predictor is None:
+            self._predictor = self._make_predictor()
+        frame, codes = self._predictor.predict(
+            input_ids.reshape(-1).to(torch.long),
+            input_embeds,
+            last_talker_hidden,
+            text_step,
+            uniforms=sample_uniforms,
+            inv_temperature=1.0 / temperature if do_sample and temperature > 0 else 0.0,
+            top_k=top_k,
+        )
+        return frame, codes
+
+    def _make_predictor(self) -> CodePredictorRunner:
+        if self._stacked_codec_embed is None:
+            self._build_stacked_codec_embed()
+        device = self._stacked_codec_embed.device
+        if device.type == "cuda":
+            from codecstream.server.engine.code_predictor import triton_ops as ops
+        else:
+            from codecstream.server.engine.code_predictor import torch_ops as ops
+        predictor = CodePredictorRunner(self.code_predictor, self._stacked_codec_embed, self._max_rows, ops)
+        log.info(
+            "codecstream's code predictor: %s kernels, batches up to %d",
+            ops.__name__.rsplit(".", 1)[-1],
+            self._max_rows,
+        )
+        return predictor
 
     def preprocess(self, input_ids: torch.Tensor, input_embeds: torch.Tensor | None, **info_dict: Any):
         feed = TEXT_FEEDS.get(info_dict.get("request_id", ""))
