@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 #: "codecstream" (the default): codebooks 1-15 from code_predictor/; "vllm-omni": from vLLM-Omni's
 #: own predictor, to measure the difference.
 CODE_PREDICTOR_VARIABLE = "CODECSTREAM_CODE_PREDICTOR"
+#: "1": let vLLM's JIT kernel warm-up run at start. It compiles every kernel vLLM registers (121
+#: compile keys, 79-105 s of a cold 1.7B start on an H100) where a talker uses a handful, and those
+#: are compiled anyway when the start runs them (profiling, graph capture, the warm-up requests).
+#: vLLM-Omni's deploy schema has no key for vLLM's kernel_config, hence a setting of the talker's.
+JIT_WARMUP_VARIABLE = "CODECSTREAM_ENGINE_JIT_WARMUP"
 
 
 class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
@@ -67,6 +72,11 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         #: codecstream's code predictor, made at its first call (the weights are loaded by then).
         self._own_predictor = choice == "codecstream"
         self._predictor: CodePredictorRunner | None = None
+        kernels = getattr(vllm_config, "kernel_config", None)
+        if os.environ.get(JIT_WARMUP_VARIABLE) != "1" and getattr(kernels, "enable_jit_warmup", False):
+            # The worker reads it after loading this model, before its warm-up (the same config object).
+            kernels.enable_jit_warmup = False
+            log.info("vLLM's JIT kernel warm-up is off: the kernels the talker runs compile as the start runs them")
         #: Whether this step's outputs are kept in batch operations (step_outputs.py).
         self._batched_outputs = step_outputs.enabled()
         if self._batched_outputs:
