@@ -89,7 +89,13 @@ from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND, SAMP
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
-PROMPTS_FILE = pathlib.Path(__file__).resolve().parent / "serving_prompts.txt"
+#: The prompt sets: 50 English replies of natural lengths (7.1 s of audio on average at
+#: WORDS_PER_MINUTE), and 50 sentences of the lengths of the peers' load, Seed-TTS-EN's test
+#: sentences (5.5 s on average here; ~5.7 s there).
+PROMPT_SETS = {
+    "replies": pathlib.Path(__file__).resolve().parent / "serving_prompts.txt",
+    "seed-tts-en": pathlib.Path(__file__).resolve().parent / "serving_prompts_seed_tts_en.txt",
+}
 DEFAULT_RATES = (1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0)
 #: A conversational English speaking rate; sets each reply's length from its text.
 WORDS_PER_MINUTE = 150.0
@@ -100,8 +106,8 @@ PCM_BYTES_PER_SECOND = SAMPLE_RATE_HZ * 2
 METRICS_PERIOD_S = 0.5
 
 
-def load_prompts() -> list[str]:
-    return [line.strip() for line in PROMPTS_FILE.read_text().splitlines() if line.strip()]
+def load_prompts(prompt_set: str = "replies") -> list[str]:
+    return [line.strip() for line in PROMPT_SETS[prompt_set].read_text().splitlines() if line.strip()]
 
 
 def reply_frames(text: str) -> int:
@@ -265,7 +271,7 @@ class CodecstreamSystem:
             server_args += ["--deploy-config", str(self.deploy_config)]
         self.server_args = server_args + [arg for arg in args.server_arg if not arg.startswith("--deploy-config=")]
         print(f"[gpu_serving_bench] starting codecstream-server (log {self.log}) ...", file=sys.stderr, flush=True)
-        self.server = ServerProcess(self.server_args, ready_timeout_s=1200.0, log=self.log)
+        self.server = ServerProcess(self.server_args, ready_timeout_s=1200.0, log=self.log, cpus=args.server_cores)
         self.start_s = self.server.start_s
         self.pid = self.server.process.pid
         self.target = self.server.target
@@ -697,6 +703,16 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return tuple(float(rate) for rate in text.split(","))
 
 
+def pin_client(count: int) -> list[int] | None:
+    """Pin this process to the last `count` cores (where there are more than twice as many) and
+    return them: a server started here inherits nothing of it (ServerProcess gets the others)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if count <= 0 or len(cores) <= 2 * count:
+        return None
+    os.sched_setaffinity(0, cores[-count:])
+    return cores[-count:]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--system", choices=("codecstream", "vllm-omni"), default="codecstream")
@@ -760,13 +776,25 @@ def main() -> int:
     )
     parser.add_argument("--model-name", help="vllm-omni: the `model` field of each request (default: none sent)")
     parser.add_argument("--seed", type=int, default=0, help="arrivals and prompt order")
+    parser.add_argument("--prompt-set", choices=tuple(PROMPT_SETS), default="replies")
+    parser.add_argument(
+        "--client-cores",
+        type=int,
+        default=4,
+        help="pin this process (the load) to the machine's last N cores, where it has more than twice that, so "
+        "the client does not take the server's; 0: no pinning",
+    )
     parser.add_argument("--out", type=pathlib.Path)
     parser.add_argument("--merge", action="store_true", help="keep the other systems already in --out")
     args = parser.parse_args()
+    everything = set(os.sched_getaffinity(0))
+    client_cores = pin_client(args.client_cores)
+    # A server started here runs on the cores the client left (None: unpinned, as the client).
+    args.server_cores = everything - set(client_cores) if client_cores else None
     out = args.out or RESULTS / ("gpu_serving_bench_cpu_smoke.json" if args.cpu else "gpu_serving_bench.json")
     # A SIGTERM unwinds like Ctrl-C, so the server started here is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    prompts = load_prompts()
+    prompts = load_prompts(args.prompt_set)
     load_before = os.getloadavg()[0]
     where = machine()  # before the server starts: its load average is the machine's own
     checkpoint = args.checkpoint or checkpoint_for(args.preset)
@@ -796,7 +824,8 @@ def main() -> int:
                 "seed": args.seed,
                 "voice": args.voice,
                 "language": args.language,
-                "prompts": str(PROMPTS_FILE.relative_to(ROOT)),
+                "prompts": str(PROMPT_SETS[args.prompt_set].relative_to(ROOT)),
+                "client_cores": client_cores,
                 "words_per_minute": WORDS_PER_MINUTE,
                 "on_cpu": args.cpu if args.system == "codecstream" else None,
             },
