@@ -31,8 +31,10 @@ def _cpuinfo_field(name: str) -> str:
 
 
 def commit() -> str:
-    """The commit the benchmark ran at: git's, or CODECSTREAM_COMMIT where the tree was copied
-    without its history (a device machine), with "+changes" for uncommitted edits git can see."""
+    """The commit the benchmark ran at: CODECSTREAM_COMMIT where set (a device machine's copy of the
+    tree carries a stale .git of its own), else git's, with "+changes" for edits git can see."""
+    if os.environ.get("CODECSTREAM_COMMIT"):
+        return os.environ["CODECSTREAM_COMMIT"]
     root = pathlib.Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -44,7 +46,7 @@ def commit() -> str:
             return head.stdout.strip() + ("+changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("CODECSTREAM_COMMIT", "unknown")
+    return "unknown"
 
 
 def machine() -> dict:

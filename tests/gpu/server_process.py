@@ -56,7 +56,7 @@ class ServerProcess:
             "--deploy-config", str(deploy_config), "--port", "0", "--port-file", str(self.port_file),
             "--metrics-port", str(self.metrics_port),
             # The lane is one client that fills the engine's batch on purpose (64 streams at once).
-            "--max-engine-requests-per-client", "0",
+            "--max-engine-requests-per-client", "0", "--max-streams-per-client", "0",
         ]  # fmt: skip
         self.command = " ".join(command)
         self._log = log_path.open("w")
