@@ -103,6 +103,8 @@ def static_quantized(graph, stages: int, calibration):
         return f"{weight.target}." if getattr(weight, "op", None) == "get_attr" else ""
 
     def chosen(node) -> bool:
+        if node.op == "get_attr":
+            return True  # a weight or bias: the operation using it decides
         path = weight_path(node)
         if node.target == torch.ops.aten.conv2d.default:
             return path.startswith(static_stages)
@@ -111,9 +113,10 @@ def static_quantized(graph, stages: int, calibration):
         return path.startswith(PREFIX + "pre_transformer.") and "mean_weight" not in path and "rotate" not in path
 
     quantizer = XNNPACKQuantizer()
-    quantizer.set_operator_type(torch.ops.aten.conv2d, get_symmetric_quantization_config(is_per_channel=True))
+    static = get_symmetric_quantization_config(is_per_channel=True)
+    quantizer.set_operator_type(torch.ops.aten.conv2d.default, static)
     dynamic = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
-    quantizer.set_operator_type(torch.ops.aten.linear, dynamic)
+    quantizer.set_operator_type(torch.ops.aten.linear.default, dynamic)
     quantizer.set_filter_function(chosen)
     flat = tuple(spec for group in graph.dynamic_shapes for spec in (group if isinstance(group, tuple) else (group,)))
     with buffers_as_persistent(graph.module):

@@ -87,7 +87,7 @@ def test_a_chunk_the_program_does_not_take_is_an_error_and_the_program_stays_usa
     state = [program.zeros(spec) for spec in decoder._state_specs]
     with pytest.raises(PteRuntimeError, match=r"input 0 dimension 1 is 26, the method takes 1 to 25"):
         program.run([program.tensor(np.zeros((1, 26, 16))), *state])
-    with pytest.raises(PteRuntimeError, match=r"the method takes \d+ inputs, 1 given"):
+    with pytest.raises(PteRuntimeError, match=r"takes \d+ inputs, 1 given"):
         program.run([program.tensor(np.zeros((1, 2, 16)))])
     with pytest.raises(PteRuntimeError, match=r"input \d+ has dtype 4, the method takes 6"):
         program.run([program.tensor(np.zeros((1, 2, 16))), *[np.zeros(s.shape, np.int64) for s in state]])
@@ -175,9 +175,10 @@ def test_a_program_runs_its_trial_once_and_again_once_its_file_changes(runtime, 
 
     real_popen = pte_trial.subprocess.Popen
 
-    def counting_popen(*args, **kwargs):
-        started.append(args[0])
-        return real_popen(*args, **kwargs)
+    def counting_popen(command, *args, **kwargs):
+        if "codecstream.client.runtimes.pte_trial" in command:
+            started.append(command)
+        return real_popen(command, *args, **kwargs)
 
     monkeypatch.setattr(pte_trial.subprocess, "Popen", counting_popen)
     directory = shutil.copytree(artifacts[STATEFUL], tmp_path / "artifact")
@@ -200,3 +201,25 @@ def test_without_a_compiler_the_runtime_says_what_to_install(tmp_path, monkeypat
         PteRuntimeUnavailable, match=r"cmake is not installed \(pip install cmake|no C\+\+ compiler found"
     ):
         pte_library._build(tmp_path / "cache", pte_library.executorch_package(), "test")
+
+
+@pytest.mark.install
+@pytest.mark.pypi
+def test_the_executorch_extra_installs_without_torch_and_decodes_a_pte(runtime, artifacts, tmp_path):
+    """docs/client.md's install line, in a fresh virtual environment: no torch, a .pte decodes."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    install = [python, "-m", "pip", "install", "-q", str(root / "protocol"), f"{root / 'client'}[executorch]"]
+    result = subprocess.run(install, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    script = (
+        "import importlib.util, sys, numpy as np\n"
+        "from codecstream.client.runtimes import open_decoder\n"
+        "decoder = open_decoder(sys.argv[1], backend='pte', threads=1)\n"
+        "print(decoder.decode(np.ones((4, 16), np.int64)).shape, importlib.util.find_spec('torch') is None)\n"
+    )
+    done = subprocess.run([python, "-c", script, str(artifacts[STATEFUL])], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(7680,) True"
