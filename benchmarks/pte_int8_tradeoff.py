@@ -44,7 +44,7 @@ from codecstream.protocol.pcm import snr_db
 #: sum entering the conv stack) and the last (the waveform's).
 STATIC_FP32 = ("pre_conv", "decoder.6")
 #: Calibration: a stream of codes other than the parity set's (seed 9), in the client's chunk sizes.
-CALIBRATION_CHUNKS = (1, 2, 4, 8, 8, 8, 8, 8, 8, 8, 8)
+CALIBRATION_CHUNKS = (1, 2, 4, 8, 8, 8)
 CALIBRATION_SEED = 52
 
 #: The decoder's convolution stages, input to output: quantizing the first k of them is config k.
