@@ -9,7 +9,10 @@ client's app down with it, so a program this client has not run before is opened
 process the way the client opens it, decodes a chunk of each warm-up size and the largest chunk,
 and only then runs in the client's process (the parent loads its own copy meanwhile). A program
 the child ran is remembered in the cache under its manifest digest and the file's identity (device,
-inode, size, modification time), so the next open skips the child.
+inode, size, modification time), so the next open skips the child. A decoder the client downloaded
+was tried so already (`codecstream.client.artifact_trial`, which opens it in a child process with
+the runtime the client will use): its stamp stands for this trial, and that child runs no trial of
+its own.
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ class Trial:
 def start_trial(directory: pathlib.Path, artifact: ArtifactFile) -> Trial | None:
     """The trial of `artifact` started in a child process; None where none is needed (this is
     the child, or the program passed one before)."""
-    if os.environ.get(CHILD_VARIABLE):
+    from codecstream.client.artifact_trial import stamp_path
+
+    if os.environ.get(CHILD_VARIABLE) or stamp_path(directory, "pte").exists():
         return None
     path = directory / artifact.file
     stat = path.stat()
