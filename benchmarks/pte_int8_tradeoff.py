@@ -95,8 +95,8 @@ def static_quantized(graph, stages: int, calibration):
     graph = dataclasses.replace(graph, module=quantized_stages_module(graph, stages))
     static_stages = tuple(PREFIX + name + "." for name in STAGES[:stages] if name not in STATIC_FP32)
 
-    # By each operation's weight: the stateful step calls its layers' `step` methods, which leave
-    # no module path on the captured nodes for the quantizer's module filters. Only weighted
+    # By each operation's weight: the stateful step calls the conv stack's `step` methods, which
+    # leave no module path on those captured nodes for the quantizer's module filters. Only weighted
     # operations are annotated, so every elementwise one (SnakeBeta, the residual sums) stays fp32.
     def weight_path(node) -> str:
         weight = node.args[1] if len(node.args) > 1 else None
