@@ -154,7 +154,7 @@ def test_no_file_a_server_sends_crashes_the_process_it_is_refused_or_decodes(run
     outcomes = [line.split()[0] for line in result.stdout.splitlines() if line.split()[0] in ("DECODED", "REFUSED")]
     assert len(outcomes) == len(cases)
     refusals = {line for line in result.stdout.splitlines() if line.startswith("REFUSED")}
-    assert any("not an ExecuTorch program (no ExecuTorch header at bytes 4-8)" in line for line in refusals)
+    assert any("is not an ExecuTorch program: no ExecuTorch header at bytes 4-8" in line for line in refusals)
     assert any("not a valid ExecuTorch program" in line for line in refusals)
 
 

@@ -171,13 +171,14 @@ int check_header(const char* path) {
       for (char& c : found) {
         if (c < 0x20 || c > 0x7e) c = '?';
       }
-      return fail(std::string(path) + ": an ExecuTorch program of another format version ('" + found +
+      return fail(std::string(path) + " is an ExecuTorch program of another format version ('" + found +
                   "'); this runtime is ExecuTorch " CS_EXECUTORCH_VERSION);
     }
     case Program::HeaderStatus::ShortData:
-      return fail(std::string(path) + ": " + std::to_string(read) + " bytes, too short for an ExecuTorch program");
+      return fail(std::string(path) + " is not an ExecuTorch program: " + std::to_string(read) +
+                  " bytes, too short for one");
     default:
-      return fail(std::string(path) + ": not an ExecuTorch program (no ExecuTorch header at bytes 4-8)");
+      return fail(std::string(path) + " is not an ExecuTorch program: no ExecuTorch header at bytes 4-8");
   }
 }
 
