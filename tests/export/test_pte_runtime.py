@@ -223,3 +223,20 @@ def test_the_executorch_extra_installs_without_torch_and_decodes_a_pte(runtime, 
     done = subprocess.run([python, "-c", script, str(artifacts[STATEFUL])], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "(7680,) True"
+
+
+def test_a_runtime_that_cannot_be_built_is_not_tried_again_in_the_process(tmp_path, monkeypatch):
+    from codecstream.client.runtimes import pte_library
+
+    attempts = []
+
+    def failing_build(*args):
+        attempts.append(args)
+        raise PteRuntimeUnavailable("no C++ compiler found (set CXX, or install g++ or clang++)")
+
+    monkeypatch.setenv("CODECSTREAM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pte_library, "_build", failing_build)
+    for _ in range(2):
+        with pytest.raises(PteRuntimeUnavailable, match="no C\\+\\+ compiler found"):
+            pte_library.pte_runtime()
+    assert len(attempts) == 1

@@ -59,7 +59,10 @@ def pte_runtime() -> PteRuntimeBuild:
     """The runtime for the installed executorch, built into the cache if it is not there yet;
     PteRuntimeUnavailable says why it cannot be."""
     package = executorch_package()
-    return _built(cache_root(), package, importlib.metadata.version("executorch"))
+    built = _built(cache_root(), package, importlib.metadata.version("executorch"))
+    if isinstance(built, PteRuntimeUnavailable):
+        raise PteRuntimeUnavailable(str(built))
+    return built
 
 
 def executorch_package() -> pathlib.Path:
@@ -74,9 +77,12 @@ def executorch_package() -> pathlib.Path:
 
 
 @functools.cache
-def _built(cache: pathlib.Path, package: pathlib.Path, executorch_version: str) -> PteRuntimeBuild:
-    """Once per process and cache: a failed build raises the same reason again without retrying."""
-    return _build(cache, package, executorch_version)
+def _built(cache: pathlib.Path, package: pathlib.Path, version: str) -> PteRuntimeBuild | PteRuntimeUnavailable:
+    """Once per process and cache: a failed build gives the same reason again without retrying."""
+    try:
+        return _build(cache, package, version)
+    except PteRuntimeUnavailable as reason:
+        return reason
 
 
 def _build(cache: pathlib.Path, package: pathlib.Path, executorch_version: str) -> PteRuntimeBuild:
