@@ -1,15 +1,17 @@
-"""The fp32 `.pte`'s time against the other CPU runtimes', call by call in one process (issue 41).
+"""The fp32 `.pte`'s time against the other CPU runtimes', call by call in one process (issues 41, 52).
 
 artifact_bench measures one runtime after another, each in its own process; this host's other
 tenants move the cores' speed far more than the 1.2x the issue's target allows (GEMM 90 then 219
 GFLOP/s at the two ends of one artifact_bench run, artifact_bench_pte_xeon_no_amx.json), so a
 ratio of two of its rows is no measure of it. Here the
-real-size stateful artifacts are open side by side in one process (ExecuTorch's fp32 `.pte`,
-OpenVINO with codecstream's fused SnakeBeta and ONNX Runtime on the `.onnx`, each with the same
-thread count) and take turns: each round decodes one chunk on each runtime, in an order that
-rotates every round, each stream carrying its own state. Per chunk size C the record keeps every
-runtime's median call and the median over rounds of the `.pte`'s time over the fastest other
-runtime's time in that same round (a paired ratio, which the host's drift moves much less). The
+real-size stateful artifacts are open side by side in one process (the fp32 `.pte` on
+codecstream's C++ runtime, "pte-cpp", the one a phone runs, and on ExecuTorch's Python runtime,
+"pte-python"; OpenVINO with codecstream's fused SnakeBeta and ONNX Runtime on the `.onnx`; each with
+the same thread count) and take turns: each round decodes one chunk on each runtime, in an order
+that rotates every round, each stream carrying its own state. Per chunk size C the record keeps
+every runtime's median call and, for each `.pte` runtime, the median over rounds of its time over
+the fastest other runtime's time in that same round (a paired ratio, which the host's drift moves
+much less; "other" is every runtime but the `.pte` ones, and `cpp_over_python` pairs the two). The
 first 2-frame chunk of a fresh stream is timed the same way, a reset before every round. The
 sweep over the chunk sizes runs `--sweeps` times (default 2) with every round pooled; each sweep's
 own figures are kept beside.
@@ -33,8 +35,11 @@ import time
 from artifact_bench import ensure_artifact, ensure_checkpoint
 from bench_record import RESULTS, machine, random_codes, versions, write_record
 
-#: open_decoder backends, each also the artifact_bench backend whose artifact it opens.
-RUNTIMES = ("pte", "openvino", "onnx")
+#: Each contender: the open_decoder backend (also the artifact_bench backend whose artifact it
+#: opens) and, for a .pte, the runtime $CODECSTREAM_PTE_RUNTIME picks.
+RUNTIMES = {"pte-cpp": ("pte", "native"), "pte-python": ("pte", "python"), "openvino": ("openvino", None),
+            "onnx": ("onnx", None)}  # fmt: skip
+PTE_RUNTIMES = ("pte-cpp", "pte-python")
 CHUNKS = (1, 2, 4, 8, 16, 25)
 TARGET_RATIO = 1.2
 #: Between two calls: every runtime's idle worker threads stop spinning before the next one starts.
@@ -70,17 +75,21 @@ def interleaved(decoders: dict, chunk: int, rounds: int, fresh: bool) -> dict[st
 
 
 def summary(times: dict[str, list[float]]) -> dict:
-    others = [name for name in times if name != "pte"]
-    paired = [times["pte"][index] / min(times[name][index] for name in others) for index in range(len(times["pte"]))]
+    others = [name for name in times if name not in PTE_RUNTIMES]
+    rounds = len(times[others[0]])
+    fastest_per_round = [min(times[name][index] for name in others) for index in range(rounds)]
     medians = {name: round(statistics.median(values) * 1e3, 2) for name, values in times.items()}
     fastest_other = min(others, key=lambda name: medians[name])
-    return {
-        "median_ms": medians,
-        "fastest_other": fastest_other,
-        "pte_over_fastest_paired_median": round(statistics.median(paired), 3),
-        "pte_over_fastest_of_medians": round(medians["pte"] / medians[fastest_other], 3),
-        "rounds": len(paired),
-    }
+    result = {"median_ms": medians, "fastest_other": fastest_other, "rounds": rounds}
+    for name in PTE_RUNTIMES:
+        if name in times:
+            paired = [times[name][index] / fastest_per_round[index] for index in range(rounds)]
+            result[f"{name}_over_fastest_paired_median"] = round(statistics.median(paired), 3)
+            result[f"{name}_over_fastest_of_medians"] = round(medians[name] / medians[fastest_other], 3)
+    if all(name in times for name in PTE_RUNTIMES):
+        paired = [cpp / python for cpp, python in zip(times["pte-cpp"], times["pte-python"], strict=True)]
+        result["cpp_over_python_paired_median"] = round(statistics.median(paired), 3)
+    return result
 
 
 def pool(into: dict[str, list[float]], times: dict[str, list[float]]) -> None:
@@ -96,7 +105,7 @@ def plot(record: dict, path) -> None:
 
     figure, (time_axis, ratio_axis) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     sizes = [int(c) for c in record["chunks"]]
-    for name in RUNTIMES:
+    for name in record["runtimes"]:
         time_axis.plot(sizes, [record["chunks"][str(c)]["median_ms"][name] for c in sizes], marker="o", label=name)
     time_axis.set(xscale="log", yscale="log", xlabel="chunk size C (frames)", ylabel="median call (ms)",
                   title=f"interleaved, real-size stateful fp32, {record['threads']} threads")  # fmt: skip
@@ -104,11 +113,15 @@ def plot(record: dict, path) -> None:
     time_axis.legend(fontsize=8)
     labels = ["first 2"] + [str(c) for c in sizes]
     entries = [record["first_chunk_2_frames"]] + [record["chunks"][str(c)] for c in sizes]
-    ratio_axis.bar(labels, [entry["pte_over_fastest_paired_median"] for entry in entries], color="tab:blue")
+    width = 0.4
+    for offset, name in enumerate(name for name in PTE_RUNTIMES if name in record["runtimes"]):
+        ratios = [entry[f"{name}_over_fastest_paired_median"] for entry in entries]
+        ratio_axis.bar([i + offset * width for i in range(len(labels))], ratios, width, label=name)
+    ratio_axis.set_xticks([i + width / 2 for i in range(len(labels))], labels)
     ratio_axis.axhline(TARGET_RATIO, color="gray", linestyle="--", linewidth=0.8, label=f"target {TARGET_RATIO}x")
     ratio_axis.axhline(1.0, color="black", linestyle=":", linewidth=0.8)
     ratio_axis.set(xlabel="chunk size C (frames)", ylabel=".pte / fastest other, same round (median)",
-                   title=".pte against the fastest other runtime")  # fmt: skip
+                   title=".pte runtimes against the fastest other runtime")  # fmt: skip
     ratio_axis.legend(fontsize=8)
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -119,15 +132,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--chunks", default=",".join(map(str, CHUNKS)))
     parser.add_argument("--sweeps", type=int, default=2, help="sweeps over all chunk sizes, their rounds pooled")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"of {', '.join(RUNTIMES)}")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "pte_speed_ratio.json")
     args = parser.parse_args()
     from codecstream.client.runtimes import open_decoder
+    from codecstream.client.runtimes.pte_program import RUNTIME_VARIABLE
 
     checkpoint = ensure_checkpoint()
     decoders = {}
-    for name in RUNTIMES:
-        directory, _ = ensure_artifact(checkpoint, name, max_chunk=25)
-        decoders[name] = open_decoder(directory, backend=name, threads=args.threads)
+    for name in args.runtimes.split(","):
+        backend, pte_runtime = RUNTIMES[name]
+        directory, _ = ensure_artifact(checkpoint, backend, max_chunk=25)
+        if pte_runtime:
+            os.environ[RUNTIME_VARIABLE] = pte_runtime
+        decoders[name] = open_decoder(directory, backend=backend, threads=args.threads)
         print(f"[pte_speed_ratio] {name}: {decoders[name].description}", file=sys.stderr, flush=True)
     load_before = os.getloadavg()[0]
     sizes = [int(c) for c in args.chunks.split(",")]
@@ -145,9 +163,9 @@ def main() -> None:
             times = interleaved(decoders, chunk, rounds_for(chunk), fresh=False)
             sweep_summary[str(chunk)] = summary(times)
             pool(chunk_times[chunk], times)
-        ratios = {key: value["pte_over_fastest_paired_median"] for key, value in sweep_summary.items()}
+        ratios = {key: value.get("pte-cpp_over_fastest_paired_median") for key, value in sweep_summary.items()}
         print(
-            f"[pte_speed_ratio] sweep {sweep + 1}/{args.sweeps}: .pte / fastest other {ratios}",
+            f"[pte_speed_ratio] sweep {sweep + 1}/{args.sweeps}: pte-cpp / fastest other {ratios}",
             file=sys.stderr,
             flush=True,
         )

@@ -13,6 +13,7 @@ is tried once, and a cache filled before this check existed is tried at its next
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import signal
 import subprocess
@@ -74,8 +75,11 @@ def _reason(returncode: int, stderr: bytes) -> str:
 
 def main(argv: list[str]) -> int:
     from codecstream.client.runtimes import open_decoder
+    from codecstream.client.runtimes.pte_trial import CHILD_VARIABLE
 
     directory, runtime = argv
+    # This process is the trial: a .pte opened here runs no trial of its own (runtimes/pte_trial.py).
+    os.environ[CHILD_VARIABLE] = "1"
     try:
         open_decoder(directory, backend=runtime)
     except Exception as error:  # whatever the runtime raises, the artifact cannot be used

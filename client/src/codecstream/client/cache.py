@@ -4,6 +4,8 @@ $CODECSTREAM_CACHE_DIR, or $XDG_CACHE_HOME/codecstream, or ~/.cache/codecstream
     decoders/<digest folder>/   the server's own decoders, by the file's sha256 (decoder_download.py)
     openvino/<digest folder>/   decoders compiled by OpenVINO (runtimes/openvino_program.py)
     openvino-ops/               codecstream's own OpenVINO operations, built here (runtimes/openvino_extension.py)
+    pte-runtime/<key>/          codecstream's ExecuTorch runtime and its runner, built here (runtimes/pte_library.py)
+    pte-runtime/trials/         the .pte programs that passed their trial run in a child process (runtimes/pte_trial.py)
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class Backend:
 BACKEND_DESCRIPTIONS = {
     "openvino": Backend("onnx", "openvino", "openvino", "openvino_program:OpenVinoProgram"),
     "onnx": Backend("onnx", "onnxruntime", "onnx", "onnx_program:OnnxProgram"),
-    "pte": Backend("pte", "executorch.runtime", "executorch", "pte_program:PteProgram"),
+    "pte": Backend("pte", "executorch", "executorch", "pte_program:PteProgram"),
     "pt2": Backend("pt2", "torch", "torch", "pt2_program:Pt2Program"),
     "torch": Backend(None, "codecstream.decoder", "torch"),
 }
