@@ -24,10 +24,10 @@ def listed_statuses() -> set[str]:
 
 def statuses_in_server_code() -> set[str]:
     """Status names the server code refuses, aborts or ends calls with: `Refusal("X"`, `invalid(`
-    (INVALID_ARGUMENT), `grpc.StatusCode.X`, `_set_status(context, "X"`."""
+    (INVALID_ARGUMENT), `grpc.StatusCode.X`, `set_status(context, "X"`."""
     found: set[str] = set()
     pattern = re.compile(
-        r'Refusal\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)|_set_status\(\s*context,\s*"([A-Z_]+)"|\b(invalid)\('
+        r'Refusal\(\s*"([A-Z_]+)"|StatusCode\.([A-Z_]+)|\bset_status\(\s*context,\s*"([A-Z_]+)"|\b(invalid)\('
     )
     for path in SERVER_SOURCES:
         for match in pattern.finditer(path.read_text()):

@@ -3,7 +3,8 @@
 A Start that parsed is admitted against the server's concurrent-stream limit, then its client's
 own: the streams it holds against `max_streams_per_client` and against its share of the engine's
 request slots (`max_engine_requests_per_client`), its control-message budget (a client that overran
-it opens nothing until the budget is whole again) and its streams per minute. Each refuses with
+it opens nothing until the budget is whole again) and its streams per minute. A decoder download is
+admitted against its client's share of downloads (`DownloadShare`). Each refuses with
 RESOURCE_EXHAUSTED. A client is its checked token, or its peer address (auth.principal).
 """
 
@@ -105,3 +106,34 @@ class Admission:
     def _budget_overrun(self) -> str:
         per_s, burst = self._limits.control_messages_per_s, self._limits.control_message_burst
         return f"more than {per_s:g} messages a second (after a burst of {burst})"
+
+
+class DownloadShare:
+    """Decoder downloads running or waiting for a download slot, by client: one client holds at
+    most `per_client` of them at once (0: any)."""
+
+    def __init__(self, per_client: int) -> None:
+        self._per_client = per_client
+        self._held: collections.Counter[str] = collections.Counter()
+
+    @property
+    def held(self) -> int:
+        """Downloads held now, by every client together."""
+        return self._held.total()
+
+    @contextlib.contextmanager
+    def hold(self, client: str) -> Iterator[None]:
+        """Hold one of `client`'s downloads while the block runs, or raise Refusal."""
+        if self._per_client and self._held[client] >= self._per_client:
+            raise Refusal(
+                "RESOURCE_EXHAUSTED",
+                f"this client has {self._per_client} decoder downloads running (max_downloads_per_client); "
+                "retry when one has finished",
+            )
+        self._held[client] += 1
+        try:
+            yield
+        finally:
+            self._held[client] -= 1
+            if not self._held[client]:
+                del self._held[client]

@@ -1,60 +1,32 @@
-"""The codecstream.v1 SynthesisService over any CodeSource (grpc.aio).
+"""The codecstream.v1 SynthesisService over any CodeSource (grpc.aio): the one servicer gRPC
+registers, assembled from one class per family of RPCs that share nothing but the server:
 
-Before a stream's Header the service refuses with a status; after it, every stream ends with
-exactly one End (see the rules in synthesis.proto). Nothing a client sends is echoed beyond a
-short prefix, and nothing slow runs on the event loop: reference audio is decoded in a thread
-and the source builds its prompt off the loop too.
+- info_rpcs.ServerInfo: GetCodecInfo, ListVoices;
+- download_rpcs.DecoderDownloads: ListDecoderArtifacts, DownloadDecoderArtifact;
+- stream_rpcs.StreamRpcs: Synthesize, and the sessions it runs.
+
+What they share is made here: the limits, the metrics, the admission of streams, the segmenter
+every stream goes through, and who a call's client is.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import dataclasses
-import logging
 import time
-import uuid
 from collections.abc import Callable
 
-import grpc
-from codecstream.protocol.preview import preview
-from codecstream.server import __version__
 from codecstream.server.admission import Admission
 from codecstream.server.auth import principal
-from codecstream.server.decoder_artifacts import (
-    PART_BYTES,
-    ArtifactNotOffered,
-    DecoderArtifacts,
-    OffsetOutOfRange,
-    serialized_parts,
-)
-from codecstream.server.errors import Refusal, SourceUnavailable, TextInputViolation, invalid
-from codecstream.server.handlers import UnreadableMessage
-from codecstream.server.heap import release_free_heap
-from codecstream.server.limits import MAX_STREAM_ID_BYTES, ServerLimits, announced_limits
+from codecstream.server.decoder_artifacts import DecoderArtifacts
+from codecstream.server.download_rpcs import DecoderDownloads
+from codecstream.server.info_rpcs import ServerInfo
+from codecstream.server.limits import ServerLimits
 from codecstream.server.metrics import Metrics
-from codecstream.server.reference_audio import ReferenceAudioError, decode_reference_audio
 from codecstream.server.request import TaskType
-from codecstream.server.request_parsing import TASK_TYPE_ENUMS, parse_start
 from codecstream.server.segmenting import SegmentingSource
-from codecstream.server.session import Attachment, StreamSession
+from codecstream.server.session import StreamSession
 from codecstream.server.source import CodeSource
-from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.server.stream_rpcs import StreamRpcs
 from codecstream.v1 import synthesis_pb2_grpc
-
-log = logging.getLogger(__name__)
-
-STARTING = "the engine is starting"
-SHUTTING_DOWN = "the server is shutting down; retry on another replica"
-#: How long, and through how many more messages, a refused Synthesize call waits for its client
-#: to half-close (see _wait_for_half_close).
-REFUSAL_HALF_CLOSE_WAIT_S = 0.02
-REFUSAL_HALF_CLOSE_WAIT_MESSAGES = 8
-
-
-class ClientGone(Exception):
-    """A write failed because its call ended under it: the client disconnected or cancelled, which
-    ends the handler quietly (a status can no longer reach it)."""
 
 
 class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
@@ -71,33 +43,32 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         #: token a client's identity.
         self.tokens_checked = tokens_checked
         self.limits = limits = limits or ServerLimits()
-        # Streamed text reaches every source through the segmenter (segmenting.py).
-        self._generator = SegmentingSource(source, limits)
-        self.metrics = metrics or Metrics()
-        self.sessions: dict[str, StreamSession] = {}
-        #: Decoder artifacts offered for download (the server's --decoder-artifact directories).
-        self.artifacts = DecoderArtifacts()
+        self.metrics = metrics = metrics or Metrics()
         self.admission = Admission(limits, lambda: source.engine_slots, clock)
-        #: Why new streams are refused (UNAVAILABLE); None while serving.
-        self._unavailable: str | None = STARTING
-        #: Decoder downloads running or waiting for a slot, by client; and the slots.
-        self._downloads_by: collections.Counter[str] = collections.Counter()
-        self._download_slots = asyncio.Semaphore(limits.max_concurrent_downloads)
-        self._background: set[asyncio.Task] = set()
+        # Streamed text reaches every source through the segmenter (segmenting.py).
+        generator = SegmentingSource(source, limits)
+        self.info = ServerInfo(generator, limits, self.admission, metrics, self.max_request_bytes)
+        self.downloads = DecoderDownloads(limits, metrics, self._caller)
+        self.streams = StreamRpcs(generator, limits, metrics, self.admission, self._caller)
 
-    # -- availability ------------------------------------------------------------------------
+    # -- the RPCs, each answered by its family --------------------------------------------------
 
-    def set_unavailable(self, reason: str | None) -> None:
-        """Refuse new streams with UNAVAILABLE and `reason`; None: serve them."""
-        self._unavailable = reason
+    async def GetCodecInfo(self, request, context):
+        return await self.info.GetCodecInfo(request, context)
 
-    async def stop_streams(self, reason: int, message: str) -> None:
-        """End every running stream with `reason` (engine failure, shutdown)."""
-        running = [session for session in self.sessions.values() if not session.finished]
-        results = await asyncio.gather(*(s.stop(reason, message) for s in running), return_exceptions=True)
-        for session, result in zip(running, results, strict=True):
-            if isinstance(result, BaseException):
-                log.error("stream %s: stopping failed", session.stream_id, exc_info=result)
+    async def ListVoices(self, request, context):
+        return await self.info.ListVoices(request, context)
+
+    async def ListDecoderArtifacts(self, request, context):
+        return await self.downloads.ListDecoderArtifacts(request, context)
+
+    async def DownloadDecoderArtifact(self, request, context) -> None:
+        await self.downloads.DownloadDecoderArtifact(request, context)
+
+    async def Synthesize(self, request_iterator, context) -> None:
+        await self.streams.Synthesize(request_iterator, context)
+
+    # -- what the server's assembly asks of it --------------------------------------------------
 
     def _caller(self, context) -> str:
         """The client a call comes from (auth.principal), for per-client limits and Resume."""
@@ -111,387 +82,27 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
     def max_request_bytes(self) -> int:
         return self.limits.max_request_bytes(reference_audio=self.takes_reference_audio)
 
-    # -- unary -------------------------------------------------------------------------------
+    @property
+    def artifacts(self) -> DecoderArtifacts:
+        """The decoder artifacts offered for download (the server's --decoder-artifact directories)."""
+        return self.downloads.artifacts
 
-    async def GetCodecInfo(self, request, context) -> pb.GetCodecInfoResponse:
-        if isinstance(request, UnreadableMessage):
-            return self._refuse_unary(context, invalid(request.reason))
-        return pb.GetCodecInfoResponse(
-            codec=self.source.codec,
-            model=self.source.model_name,
-            server_version=__version__,
-            languages=self.source.offering.languages,
-            task_types=[TASK_TYPE_ENUMS[t] for t in self.source.offering.task_types],
-            **announced_limits(self.limits),
-            max_request_bytes=self.max_request_bytes,
-            streamed_text_grows=self._generator.grows_streamed_text,
-            max_streams_per_client=self.admission.streams_per_client,
-        )
+    @artifacts.setter
+    def artifacts(self, artifacts: DecoderArtifacts) -> None:
+        self.downloads.artifacts = artifacts
 
-    async def ListVoices(self, request, context) -> pb.ListVoicesResponse:
-        if isinstance(request, UnreadableMessage):
-            return self._refuse_unary(context, invalid(request.reason))
-        offering = self.source.offering
-        return pb.ListVoicesResponse(
-            voices=[pb.Voice(name=v.name, description=v.description, languages=v.languages) for v in offering.voices],
-            default_voice=offering.default_voice,
-        )
+    @property
+    def sessions(self) -> dict[str, StreamSession]:
+        return self.streams.sessions
 
-    async def ListDecoderArtifacts(self, request, context) -> pb.ListDecoderArtifactsResponse:
-        if isinstance(request, UnreadableMessage):
-            return self._refuse_unary(context, invalid(request.reason))
-        return pb.ListDecoderArtifactsResponse(
-            artifacts=[pb.DecoderArtifact(manifest_json=manifest) for manifest in self.artifacts.manifests_json]
-        )
+    def set_unavailable(self, reason: str | None) -> None:
+        """Refuse new streams with UNAVAILABLE and `reason`; None: serve them."""
+        self.streams.set_unavailable(reason)
 
-    async def DownloadDecoderArtifact(self, request, context) -> None:
-        if isinstance(request, UnreadableMessage):
-            return self._refuse_unary(context, invalid(request.reason))
-        try:
-            offered = self.artifacts.open(request.sha256, request.offset)
-        except ArtifactNotOffered as error:
-            return self._refuse_unary(context, Refusal("NOT_FOUND", str(error)))
-        except OffsetOutOfRange as error:
-            return self._refuse_unary(context, Refusal("OUT_OF_RANGE", str(error)))
-        except ValueError as error:
-            return self._refuse_unary(context, invalid(str(error)))
-        client = self._caller(context)
-        share = self.limits.max_downloads_per_client
-        if share and self._downloads_by[client] >= share:
-            return self._refuse_unary(
-                context,
-                Refusal(
-                    "RESOURCE_EXHAUSTED",
-                    f"this client has {share} decoder downloads running (max_downloads_per_client); "
-                    "retry when one has finished",
-                ),
-            )
-        self._downloads_by[client] += 1
-        try:
-            async with self._download_slots:
-                self.metrics.artifact_downloads.inc()
-                self.metrics.downloads_running.inc()
-                try:
-                    await self._send_parts(offered, request.offset, context)
-                finally:
-                    self.metrics.downloads_running.dec()
-        finally:
-            self._downloads_by[client] -= 1
-            if not self._downloads_by[client]:
-                del self._downloads_by[client]
-            if not self._downloads_by:  # the last download ended: give its buffers back
-                self._in_background(asyncio.to_thread(release_free_heap))
-
-    async def _send_parts(self, offered, offset: int, context) -> None:
-        """Send the file from `offset` on. The parts are read and serialized in a thread, a read's
-        worth at a time (the handler's serializer passes bytes through), so the event loop only
-        hands finished messages to gRPC. A client that takes no part for the stall timeout is
-        dropped with a status it reads once it reads again; a slow one that keeps taking parts is
-        not (the rule counts bytes taken, PART_BYTES at a time)."""
-        reads = serialized_parts(offered, offset)
-        while (parts := await asyncio.to_thread(next, reads, None)) is not None:
-            for size, message in parts:
-                try:
-                    sent = await self._write(context, message)
-                except ClientGone:
-                    raise asyncio.CancelledError("the client went away during a write") from None
-                if not sent:
-                    self._drop_stalled_download(context)
-                    return
-                self.metrics.artifact_bytes.inc(size)
-
-    def _drop_stalled_download(self, context) -> None:
-        self.metrics.stalled_clients.inc()
-        timeout = self.limits.stalled_client_timeout_s
-        log.info("dropped a decoder download whose client took nothing for %g s", timeout)
-        # Unlike a stalled stream's (_follow), this status reaches the client once it reads again;
-        # cancelling the call instead left the client waiting to its own deadline.
-        _set_status(
-            context,
-            "ABORTED",
-            f"download dropped: the client took no part ({PART_BYTES} bytes) for {timeout:g} s "
-            "(stalled_client_timeout_s); resume from the offset received",
-        )
-
-    # -- streaming ---------------------------------------------------------------------------
-
-    async def Synthesize(self, request_iterator, context: grpc.aio.ServicerContext) -> None:
-        requests = aiter(request_iterator)
-        self.metrics.calls.inc()
-        try:
-            session, first_seq = await self._begin(requests, context)
-        except Refusal as refusal:
-            status, message = refusal.status, refusal.message
-        except asyncio.CancelledError:
-            self.metrics.abandoned.inc()
-            raise
-        else:
-            await self._follow(session, first_seq, requests, context)
-            return
-        # Refused outside the handler of the Refusal, without context.abort(): see _refuse().
-        await self._refuse(context, requests, Refusal(status, message))
-
-    async def _wait_for_half_close(self, requests) -> None:
-        """Give a client that already sent everything a moment to half-close before the refusal
-        ends the call: a call ended while its client still has the stream open leaves native
-        buffers behind in gRPC (measured: ~0.3 MB a refused 8 MB request; grpc/grpc#43360). A
-        client that is still sending is not waited for: read for the whole wait, a flood costs
-        the server 20 ms of parsing a refused call."""
-        try:
-            await asyncio.wait_for(_discard(requests, REFUSAL_HALF_CLOSE_WAIT_MESSAGES), REFUSAL_HALF_CLOSE_WAIT_S)
-        except asyncio.TimeoutError:
-            pass  # a client still sending: not waited for any longer
-        except Exception as error:  # the client went away or sent garbage: the refusal goes out regardless
-            log.debug("refused call: reading up to the client's half-close failed: %s", type(error).__name__)
-
-    async def _begin(self, requests, context) -> tuple[StreamSession, int]:
-        """The session the first message opens or resumes, and the seq to send from; Refusal otherwise."""
-        first = await self._first_message(requests)
-        kind = first.WhichOneof("kind")
-        if kind == "start":
-            return await self._open(first.start, context)
-        if kind == "resume":
-            return await self._resume(first.resume, context)
-        raise invalid(f"first message must be start or resume, got {kind or 'empty'}")
-
-    async def _follow(self, session: StreamSession, first_seq: int, requests, context) -> None:
-        """Send the session from `first_seq` on while applying what the client sends; set the
-        call's status for the ways it can end early."""
-        attachment = await session.attach()
-        reader = asyncio.create_task(self._read_control(requests, session, attachment))
-        delivered_end = stalled = gone = False
-        try:
-            async for response in session.follow(first_seq, attachment):
-                if not await self._write(context, response):
-                    stalled = True
-                    break
-                delivered_end = response.HasField("end")
-        except ClientGone:
-            gone = True
-        finally:
-            reader.cancel()
-            if delivered_end:
-                self._forget(session)
-            else:
-                # The connection went away (or stalled) before End: a resumable stream waits for its client.
-                why = "client stopped reading" if stalled else "client disconnected"
-                session.detach(attachment, lambda: self._expire(session, why))
-        if gone:
-            raise asyncio.CancelledError("the client went away during a write")
-        if attachment.violation:
-            _set_status(context, "INVALID_ARGUMENT", attachment.violation)
-        elif attachment.superseded:
-            _set_status(context, "ABORTED", f"stream {session.stream_id} was resumed by another call")
-        elif stalled:
-            self.metrics.stalled_clients.inc()
-            timeout = self.limits.stalled_client_timeout_s
-            log.info("stream %s: dropped a client that read nothing for %g s", session.stream_id, timeout)
-            # Its last write is still pending in gRPC, so a status would fail in gRPC's own code
-            # (ExecuteBatchError, logged as an error): the call is cancelled instead, which sends none.
-            raise asyncio.CancelledError(f"the client read nothing for {timeout:g} s")
-
-    async def _first_message(self, requests) -> pb.SynthesizeRequest:
-        timeout = self.limits.first_message_timeout_s
-        try:
-            first = await asyncio.wait_for(anext(requests), timeout)
-        except StopAsyncIteration:
-            raise Refusal(
-                "INVALID_ARGUMENT", "the client closed the stream without a Start or Resume message"
-            ) from None
-        except asyncio.TimeoutError:
-            message = f"no Start or Resume within {timeout:g} s of opening the call"
-            raise Refusal("DEADLINE_EXCEEDED", message) from None
-        if isinstance(first, UnreadableMessage):
-            raise invalid(first.reason)
-        return first
-
-    async def _write(self, context, response: pb.SynthesizeResponse | bytes) -> bool:
-        """Send one message; False if the client read nothing for the stall timeout; ClientGone if
-        the call ended under the write."""
-        try:
-            await asyncio.wait_for(context.write(response), self.limits.stalled_client_timeout_s)
-        except asyncio.TimeoutError:  # TimeoutError itself only from Python 3.11 on
-            return False
-        except (asyncio.CancelledError, ClientGone):
-            raise
-        except Exception as error:  # gRPC's ExecuteBatchError: the connection went with the write pending
-            raise ClientGone(type(error).__name__) from None
-        return True
-
-    async def _open(self, start: pb.Start, context) -> tuple[StreamSession, int]:
-        received_at = time.monotonic()
-        if self._unavailable:
-            raise Refusal("UNAVAILABLE", self._unavailable)
-        parsed = parse_start(start, self.source.offering, self.source.codec, self.limits)
-        caller = self._caller(context)
-        running = [session.principal for session in self.sessions.values() if not session.finished]
-        stream_id = uuid.uuid4().hex
-        with self.admission.admit(caller, running):
-            try:
-                request = parsed.request
-                if request.task_type is TaskType.BASE:
-                    reference = await self._decode_reference(parsed.reference_audio)
-                    request = dataclasses.replace(request, reference=reference)
-                generation = await self._generator.open(request, stream_id)
-            except Refusal:
-                raise
-            except SourceUnavailable as failure:
-                raise Refusal("UNAVAILABLE", str(failure)) from None
-            except Exception:
-                log.exception("stream %s: opening failed", stream_id)
-                self.metrics.errors.labels(kind="internal").inc()
-                raise Refusal("INTERNAL", f"internal server error (logged with stream id {stream_id})") from None
-        session = StreamSession(
-            stream_id,
-            request,
-            generation,
-            parsed.schedule,
-            start.client_request_id,
-            principal=caller,
-            resume_window_s=self.limits.resume_window_s if start.resumable else 0.0,
-            retained_chunks=self.limits.resume_retained_chunks,
-            metrics=self.metrics,
-            received_at=received_at,
-        )
-        self.sessions[stream_id] = session
-        session.start(self.source.codec)
-        self.metrics.started.inc()
-        self.metrics.active.set(len(self.sessions))
-        log.info(
-            "stream %s started (client_request_id=%r, %d chars)",
-            stream_id,
-            start.client_request_id,
-            len(request.text_so_far),
-        )
-        return session, 0
-
-    async def _decode_reference(self, audio: bytes):
-        try:
-            return await asyncio.to_thread(decode_reference_audio, audio, self.limits)
-        except ReferenceAudioError as error:
-            raise invalid(str(error)) from None
-
-    async def _resume(self, resume: pb.Resume, context) -> tuple[StreamSession, int]:
-        size = len(resume.stream_id.encode())
-        if size > MAX_STREAM_ID_BYTES:
-            raise invalid(f"resume.stream_id is {size} bytes, the limit is {MAX_STREAM_ID_BYTES}")
-        session = self.sessions.get(resume.stream_id)
-        # Another principal's stream is reported exactly like an unknown one: ids must not leak.
-        if session is None or not session.resumable or session.principal != self._caller(context):
-            raise Refusal(
-                "NOT_FOUND",
-                f"no resumable stream {preview(resume.stream_id)} on this server "
-                "(expired, finished or never resumable)",
-            )
-        last = resume.last_acked_seq if resume.HasField("last_acked_seq") else None
-        first_seq = session.check_resume(last)
-        if last is not None:
-            session.acknowledge(last)
-        self.metrics.resumes.inc()
-        log.info("stream %s resumed from seq %d", session.stream_id, first_seq)
-        return session, first_seq
-
-    async def _read_control(self, requests, session: StreamSession, attachment: Attachment) -> None:
-        """Apply Cancel, Ack and TextInput as they arrive. A message the contract forbids, or one
-        over its client's message rate, is noted on the attachment and ends the stream with
-        End(ERROR); the call then closes with INVALID_ARGUMENT. A half-close ends a streamed text."""
-        try:
-            async for message in requests:
-                violation = self.admission.control_message(session.principal)
-                if violation is None and isinstance(message, UnreadableMessage):
-                    violation = message.reason
-                elif violation is None:
-                    violation = await self._apply(message, session)
-                if violation is None:
-                    continue
-                # Noted before the stop: the End it causes may reach the client before stop() returns.
-                attachment.violation = violation
-                if not attachment.superseded:
-                    await session.stop(pb.END_REASON_ERROR, f"protocol violation: {violation}")
-                return
-            session.end_text_input()
-        except (asyncio.CancelledError, grpc.RpcError, grpc.aio.UsageError):
-            pass  # the call is over; the handler decides what happens to the session
-
-    @staticmethod
-    async def _apply(message: pb.SynthesizeRequest, session: StreamSession) -> str | None:
-        """Apply one message that follows the first; the violation it is, where the contract forbids it."""
-        kind = message.WhichOneof("kind")
-        if kind == "cancel":
-            await session.stop(pb.END_REASON_CANCELLED, "cancelled by the client", message.cancel.played_frames)
-        elif kind == "ack":
-            session.acknowledge(message.ack.seq)
-        elif kind == "text":
-            try:
-                session.push_text(message.text.text, message.text.flush, message.text.end_of_input)
-            except TextInputViolation as error:
-                return str(error)
-        else:
-            return f"{kind or 'an empty message'} after the first message: only cancel, ack and text may follow"
-        return None
-
-    def _expire(self, session: StreamSession, why: str) -> None:
-        """No client came back for a detached stream: stop it and forget it."""
-
-        async def stop_and_forget() -> None:
-            await session.stop(pb.END_REASON_CANCELLED, why)
-            if not session.attached:
-                self._forget(session)
-
-        self._in_background(stop_and_forget())
-
-    def _in_background(self, work) -> None:
-        """Run `work` without waiting for it; the loop keeps only weak references to tasks, so it is
-        held until it is done."""
-        task = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def _forget(self, session: StreamSession) -> None:
-        if self.sessions.get(session.stream_id) is session:
-            del self.sessions[session.stream_id]
-        self.metrics.active.set(len(self.sessions))
-
-    def _refuse_unary(self, context, refusal: Refusal) -> None:
-        """Refuse a call whose request came whole (unary, server-streaming): the handler returns
-        with this status set. Not context.abort, for the reason _refuse gives."""
-        self._count_refusal(refusal)
-        _set_status(context, refusal.status, refusal.message)
-
-    async def _refuse(self, context, requests, refusal: Refusal) -> None:
-        """Refuse a Synthesize call before its Header: the handler returns with this status set.
-        Not context.abort: the AbortError it raises is kept by the call's state in a reference
-        cycle with the handler's frames, which held the request (up to 8.5 MB) until a full
-        collection, and full collections are rare once the engine's objects are frozen (app.py)."""
-        self._count_refusal(refusal)
-        await self._wait_for_half_close(requests)
-        _set_status(context, refusal.status, refusal.message)
-
-    def _count_refusal(self, refusal: Refusal) -> None:
-        self.metrics.rejected.labels(status=refusal.status.lower()).inc()
-        log.info("rejected: %s %s", refusal.status, refusal.message)
-
-    # -- lifecycle ---------------------------------------------------------------------------
+    async def stop_streams(self, reason: int, message: str) -> None:
+        """End every running stream with `reason` (engine failure, shutdown)."""
+        await self.streams.stop_streams(reason, message)
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new streams, let running ones finish for `grace_s`, then end them with ERROR."""
-        self.set_unavailable(SHUTTING_DOWN)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        while any(not s.finished for s in self.sessions.values()) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        await self.stop_streams(pb.END_REASON_ERROR, "server shutting down")
-
-
-def _set_status(context, status: str, message: str) -> None:
-    """The status the call ends with once the handler returns."""
-    context.set_code(getattr(grpc.StatusCode, status))
-    context.set_details(message)
-
-
-async def _discard(requests, at_most: int) -> None:
-    """Read and drop up to `at_most` messages, or until the client half-closes."""
-    async for _ in requests:
-        at_most -= 1
-        if at_most <= 0:
-            return
+        await self.streams.drain(grace_s)

@@ -1,26 +1,26 @@
-"""One synthesis stream on the server: generation, chunking, End; its chunks wait for the client in a ChunkLog.
+"""One synthesis stream on the server: generation, End; its frames are cut into chunks by a
+ChunkCutter, and the chunks wait for the client in a ChunkLog.
 
 A session outlives its connection: generation runs in its own task and appends Chunks; a
 connection follows the session from some seq on. That is what lets a client reattach (Resume)
 without re-synthesis, and what makes cancel, disconnect, engine failure and shutdown one code
 path: `stop()`. The session is a small state machine (`Phase`, drawn as a table in
-docs/architecture.md), and `_decide_end` is the one place that turns what happened into End.
+docs/architecture.md), and `decide_end` is the one place that turns what happened into End.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import enum
 import logging
 import time
 
-import numpy as np
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.codes import pack_codes
 from codecstream.protocol.text_timing import WordClock
+from codecstream.server.chunk_cutting import ChunkCutter, ChunkFrames
 from codecstream.server.chunk_log import ChunkLog
 from codecstream.server.errors import GenerationFailed, TextInputExpired, TextInputViolation
 from codecstream.server.limits import milliseconds
@@ -68,7 +68,7 @@ class BudgetReached:
     """Header.max_frames frames were sent."""
 
 
-#: What ended a generation, as `_decide_end` weighs it; None: stop() gave up waiting for it.
+#: What ended a generation, as `decide_end` weighs it; None: stop() gave up waiting for it.
 Outcome = Finished | Failure | BudgetReached | None
 
 
@@ -82,43 +82,39 @@ class Attachment:
         self.violation: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class _ChunkFrames:
-    """Frames taken for one chunk and the text they speak (Chunk.text_start/text_end/ends_text_span)."""
+def decide_end(stop: StopRequest | None, outcome: Outcome, frames_sent: int, max_frames: int) -> tuple[int, str]:
+    """End's reason and message, from the stop asked for (if any) and how generation ended."""
+    if stop is not None:
+        return stop.reason, stop.message
+    if isinstance(outcome, Failure):
+        return pb.END_REASON_ERROR, outcome.message
+    if isinstance(outcome, BudgetReached):
+        return pb.END_REASON_MAX_FRAMES, ""
+    if isinstance(outcome, Finished) and outcome.reason is FinishReason.EOS:
+        return pb.END_REASON_EOS, ""
+    if isinstance(outcome, Finished) and outcome.reason is FinishReason.LENGTH:
+        # The generator stopped at its length limit before the announced budget: the budget
+        # was computed wrongly, and saying MAX_FRAMES would be a false reason.
+        return pb.END_REASON_ERROR, (
+            f"generation failed: the engine stopped at its length limit after {frames_sent} of {max_frames} frames"
+        )
+    return pb.END_REASON_ERROR, "generation failed: the engine ended the request unasked"
 
-    codes: np.ndarray
-    text_start: int
-    text_end: int
-    ends_text_span: bool
 
-
-class _PendingFrames:
-    """Frames generated but not yet in a chunk, with the text span of each run of them."""
-
-    def __init__(self) -> None:
-        self._runs: collections.deque[Frames] = collections.deque()
-        self.count = 0
-
-    def add(self, frames: Frames) -> None:
-        self._runs.append(frames)
-        self.count += len(frames.codes)
-
-    def take(self, wanted: int, ends_text_span: bool = False) -> _ChunkFrames:
-        """The first `wanted` frames (all of them if fewer wait) and the span of text they speak;
-        `ends_text_span`: the generation said the span ends here (a segment or the text is over)."""
-        parts, start, end = [], None, 0
-        while wanted and self._runs:
-            run = self._runs.popleft()
-            if len(run.codes) > wanted:
-                self._runs.appendleft(Frames(run.codes[wanted:], run.text_start, run.text_end, run.ends_text_span))
-                run = Frames(run.codes[:wanted], run.text_start, run.text_end)
-            parts.append(run.codes)
-            start = run.text_start if start is None else min(start, run.text_start)
-            end = max(end, run.text_end)
-            wanted -= len(run.codes)
-            self.count -= len(run.codes)
-            ends_text_span = ends_text_span or run.ends_text_span
-        return _ChunkFrames(np.concatenate(parts), start or 0, end, ends_text_span)
+def _header(stream_id: str, generation: Generation, client_request_id: str, started: float, resume_window_s: float):
+    """The stream's Header (its codec is set when it starts); `started`: its clock's zero (time.monotonic())."""
+    started_at = timestamp_pb2.Timestamp()
+    started_at.FromNanoseconds(time.time_ns() - round((time.monotonic() - started) * 1e9))
+    reference = generation.reference_codes
+    return pb.Header(
+        stream_id=stream_id,
+        reference_codes=pack_codes(reference) if len(reference) else b"",
+        reference_frames=len(reference),
+        client_request_id=client_request_id,
+        started_at=started_at,
+        max_frames=generation.max_frames,
+        resume_window_ms=milliseconds(resume_window_s),
+    )
 
 
 class StreamSession:
@@ -152,18 +148,7 @@ class StreamSession:
         self._words = WordClock()
         self._text_spoken_to = 0
         self._started = time.monotonic() if received_at is None else received_at
-        started_at = timestamp_pb2.Timestamp()
-        started_at.FromNanoseconds(time.time_ns() - round((time.monotonic() - self._started) * 1e9))
-        reference = generation.reference_codes
-        self.header = pb.Header(
-            stream_id=stream_id,
-            reference_codes=pack_codes(reference) if len(reference) else b"",
-            reference_frames=len(reference),
-            client_request_id=client_request_id,
-            started_at=started_at,
-            max_frames=self._max_frames,
-            resume_window_ms=milliseconds(resume_window_s),
-        )
+        self.header = _header(stream_id, generation, client_request_id, self._started, resume_window_s)
         self._chunk_log = ChunkLog(stream_id, resumable=resume_window_s > 0, retained_limit=retained_chunks)
         self._frames_sent = 0
         self._first_frame_us = 0
@@ -214,31 +199,26 @@ class StreamSession:
             await self._abort_generation()
             if self._stop is not None:
                 self._metrics.frames_after_stop.observe(self._frames_after_stop)
-            await self._finish(*self._decide_end(outcome))
+            await self._finish(*decide_end(self._stop, outcome, self._frames_sent, self._max_frames))
 
     async def _chunk_frames(self) -> Finished | BudgetReached:
-        """Group the generation's frames into chunks until it finishes or the budget is sent."""
-        sizes = iter(self._schedule)
-        target = next(sizes)
-        pending = _PendingFrames()
+        """Cut the generation's frames into chunks until it finishes or the budget is sent."""
+        cutter = ChunkCutter(self._schedule)
         generated = 0
         last_step = None
         async for event in self._generation:
             if isinstance(event, Finished):
-                if pending.count and self._stop is None:
-                    await self._emit(pending.take(pending.count, ends_text_span=True))
+                if self._stop is None and (rest := cutter.rest()) is not None:
+                    await self._emit(rest)
                 return event
             if self._stop is not None:
                 if isinstance(event, Frames):  # generated after the stop was asked for: counted, never sent
                     self._frames_after_stop += len(event.codes)
                 continue
             if isinstance(event, SegmentEnd):
-                # Frames of two segments never share a chunk, and the next segment starts on the
-                # schedule's small first chunk: after a pause in the text it is audio to start soon.
-                if pending.count:
-                    await self._emit(pending.take(pending.count, ends_text_span=True))
-                sizes = iter(self._schedule)
-                target = next(sizes)
+                # Frames of two segments never share a chunk (chunk_cutting.py).
+                if (rest := cutter.segment_end()) is not None:
+                    await self._emit(rest)
                 continue
             now = time.monotonic()
             if last_step is not None:
@@ -249,36 +229,15 @@ class StreamSession:
                 self._metrics.time_to_first_frame.observe(self._first_frame_us / 1e6)
             codes = event.codes[: self._max_frames - generated]
             generated += len(codes)
-            pending.add(dataclasses.replace(event, codes=codes))
-            while pending.count >= target:
-                await self._emit(pending.take(target))
-                target = next(sizes)
+            for chunk in cutter.add(dataclasses.replace(event, codes=codes)):
+                await self._emit(chunk)
             if generated >= self._max_frames:
-                if pending.count:
-                    await self._emit(pending.take(pending.count, ends_text_span=True))
+                if (rest := cutter.rest()) is not None:
+                    await self._emit(rest)
                 return BudgetReached()
         raise GenerationFailed("the generator ended without saying why")
 
-    def _decide_end(self, outcome: Outcome) -> tuple[int, str]:
-        """End's reason and message, from the stop asked for (if any) and how generation ended."""
-        if self._stop is not None:
-            return self._stop.reason, self._stop.message
-        if isinstance(outcome, Failure):
-            return pb.END_REASON_ERROR, outcome.message
-        if isinstance(outcome, BudgetReached):
-            return pb.END_REASON_MAX_FRAMES, ""
-        if isinstance(outcome, Finished) and outcome.reason is FinishReason.EOS:
-            return pb.END_REASON_EOS, ""
-        if isinstance(outcome, Finished) and outcome.reason is FinishReason.LENGTH:
-            # The generator stopped at its length limit before the announced budget: the budget
-            # was computed wrongly, and saying MAX_FRAMES would be a false reason.
-            return pb.END_REASON_ERROR, (
-                f"generation failed: the engine stopped at its length limit after {self._frames_sent} "
-                f"of {self._max_frames} frames"
-            )
-        return pb.END_REASON_ERROR, "generation failed: the engine ended the request unasked"
-
-    async def _emit(self, frames: _ChunkFrames) -> None:
+    async def _emit(self, frames: ChunkFrames) -> None:
         codes = frames.codes
         self._words.add(
             self._request.text_so_far,
