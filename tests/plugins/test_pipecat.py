@@ -382,6 +382,20 @@ def test_a_language_the_model_does_not_speak_is_refused_at_construction_naming_t
         CodecstreamTTSService(server="127.0.0.1:1", language=Language.AR)
 
 
+@pytest.mark.parametrize(("language", "sent"), [("pt_BR", "Portuguese"), ("en-us", "English"), ("german", "German")])
+def test_a_language_string_pipecat_s_enum_lacks_is_mapped_through_the_models_table(language, sent):
+    # Issue 54 defect 5: strings Language() does not parse went to the server raw, refused every turn.
+    tts = CodecstreamTTSService(server="127.0.0.1:1", language=language)
+    assert tts._request()["language"] == sent
+
+
+def test_a_language_string_the_model_does_not_speak_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"does not speak 'xx-YY'"):
+        CodecstreamTTSService(server="127.0.0.1:1", language="xx-YY")
+    with pytest.raises(ValueError, match=r"does not speak 'xx-YY'"):
+        CodecstreamTTSService(server="127.0.0.1:1", settings=CodecstreamTTSService.Settings(language="xx-YY"))
+
+
 @pytest.mark.asyncio
 async def test_a_settings_update_to_a_language_the_model_does_not_speak_is_an_error_and_keeps_the_last(
     replay_server_factory, checkpoint

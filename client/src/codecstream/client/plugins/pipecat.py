@@ -182,6 +182,11 @@ class CodecstreamTTSService(TTSService):
         speak is a ValueError (at construction, or the settings update that asks for it)."""
         return model_language(language.value)
 
+    def _service_language(self, language: Language | str) -> str:
+        # Pipecat passes a string its Language enum does not parse ("pt_BR", "xx-YY") to the service
+        # as it is; the model's table maps it or refuses it here, as it does every Language.
+        return model_language(language.value if isinstance(language, Language) else language)
+
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         self._client = AsyncClient(self._target, **self._client_options)
