@@ -27,12 +27,14 @@ from pipecat.frames.frames import (
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
+    MetricsFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
     TTSUpdateSettingsFrame,
 )
+from pipecat.metrics.metrics import TTFBMetricsData
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
 
@@ -365,6 +367,26 @@ async def test_the_pipeline_starts_while_the_decoder_loads_and_the_first_turn_wa
     assert audio_bytes(result.frames) == 10 * FRAME_BYTES
     first_audio = next(t for f, t in zip(result.frames, result.times, strict=True) if isinstance(f, TTSAudioRawFrame))
     assert first_audio > tts.loaded_at
+
+
+@pytest.mark.asyncio
+async def test_a_first_turn_waiting_for_the_decoder_counts_the_wait_in_its_time_to_first_byte(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 4: the TTFB started once the decoder had loaded (0.07-0.25 s reported for 3-6 s of waiting).
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = SlowLoadingService(server=server.target, decoder=checkpoint)
+    result = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)], metrics=True)
+    ttfb = [
+        (data.value, at)
+        for frame, at in zip(result.frames, result.times, strict=True)
+        if isinstance(frame, MetricsFrame)
+        for data in frame.data
+        if isinstance(data, TTFBMetricsData) and data.processor == tts.name and data.value > 0  # 0: the start's
+    ]
+    assert len(ttfb) == 1
+    value, reported_at = ttfb[0]
+    assert reported_at - value < tts.loaded_at  # the measurement began before the decoder was ready
 
 
 @pytest.mark.parametrize(

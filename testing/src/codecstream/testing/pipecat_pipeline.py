@@ -46,9 +46,10 @@ class RunResult:
     marks: dict[str, float]
 
 
-async def run_script(processor, script: list) -> RunResult:
+async def run_script(processor, script: list, *, metrics: bool = False) -> RunResult:
     """Run `processor` in a Pipeline (PipelineWorker, WorkerRunner) between two queues: push the
-    script's frames and steps in order, then end the pipeline."""
+    script's frames and steps in order, then end the pipeline. `metrics`: Pipecat's metrics on
+    (PipelineParams.enable_metrics), so that the MetricsFrames come out among the frames."""
     from pipecat.frames.frames import EndFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -61,7 +62,7 @@ async def run_script(processor, script: list) -> RunResult:
     source = QueuedFrameProcessor(queue=went_up, queue_direction=FrameDirection.UPSTREAM)
     sink = QueuedFrameProcessor(queue=_Stamping(came_out), queue_direction=FrameDirection.DOWNSTREAM)
     pipeline = Pipeline([source, processor, sink])
-    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams())
+    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams(enable_metrics=metrics))
     started = asyncio.Event()
     result = RunResult([], [], [], {})
 

@@ -277,7 +277,7 @@ class CodecstreamTTSService(TTSService):
         try:
             if turn is None:
                 if self._decoder_loading is not None:
-                    await asyncio.shield(self._decoder_loading)  # the turn's TTFB counts the wait
+                    await asyncio.shield(self._decoder_loading)
                 if self._decoder_error is not None:
                     raise self._decoder_error
                 turn = await self._open_turn(context_id)
@@ -300,7 +300,8 @@ class CodecstreamTTSService(TTSService):
         yield None
 
     async def _open_turn(self, context_id: str) -> _Turn:
-        await self.start_ttfb_metrics()
+        # The turn's TTFB runs from its audio context's start (Pipecat's, at the turn's first text),
+        # so a wait for the decoder is in it; started again here, it would leave that wait out.
         stream = self._client.stream_text(decoder=self._decoder, **self._request())
         await stream.open()
         text = SpokenText([self._apply_text_transforms] if self._text_transforms else [])
