@@ -175,7 +175,8 @@ class TextRecordingReplay(ReplaySource):
 @pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,
-    **options). `source_class` lets a test inject a fault into a replay source."""
+    port=..., **options). `source_class` lets a test inject a fault into a replay source; `port`: 0
+    picks a free one, another is a server coming up where a client was told to look."""
     started: list[RunningServer] = []
 
     def start(
@@ -185,6 +186,7 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         limits: ServerLimits | None = None,
         decoder_digest: str = UNKNOWN_DECODER_DIGEST,
         source_class: type[ReplaySource] = ReplaySource,
+        port: int = 0,
         **options,
     ) -> RunningServer:
         codes = random_codes(60) if codes is None else codes
@@ -192,7 +194,7 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         source = source_class(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
         loop = EventLoopThread()
         server = CodecStreamServer(
-            source, ServerOptions(port=0, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
+            source, ServerOptions(port=port, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
         )
         port = loop.run(server.start())
         running = RunningServer(server, source, loop, f"127.0.0.1:{port}")

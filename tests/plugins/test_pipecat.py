@@ -10,17 +10,20 @@ import asyncio
 import gc
 import logging
 import re
+import socket
 import time
 
 import pytest
 
 pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[pipecat]'")
 
+from codecstream.client.channel import MAX_RECONNECT_BACKOFF_S
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
 from codecstream.client.plugins.speech import OPTION_NAMES
+from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.decoding import SAMPLES_PER_FRAME
-from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
+from codecstream.testing.pipecat_pipeline import Call, Pause, Pushed, Until, run_script
 from pipecat.frames.frames import (
     ErrorFrame,
     InterruptionFrame,
@@ -63,8 +66,8 @@ class TextKeepingService(CodecstreamTTSService):
         super().__init__(**kwargs)
         self.streams = []
 
-    async def _open_turn(self, context_id: str):
-        turn = await super()._open_turn(context_id)
+    async def _open_turn(self, context_id: str, decoder):
+        turn = await super()._open_turn(context_id, decoder)
         self.streams.append(turn.stream)
         return turn
 
@@ -199,24 +202,25 @@ async def test_a_refused_turn_is_one_request_one_error_and_one_stop_not_one_per_
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
 
 
-def refusing_service(kind: str, server, checkpoint, tmp_path) -> CodecstreamTTSService:
-    """A service whose turns are refused: by the server (an unknown voice) or by the client (no decoder)."""
+def refusing_service(kind: str, server, checkpoint) -> CodecstreamTTSService:
+    """A service whose turns are refused: by the server (an unknown voice) or by the client (the
+    server offers no decoder to download)."""
     if kind == "unknown voice":
         return CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody")
-    return CodecstreamTTSService(server=server.target, decoder=tmp_path / "no-such-decoder")
+    return CodecstreamTTSService(server=server.target)
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("kind", ["unknown voice", "missing decoder"])
-async def test_a_refused_turn_is_one_error_frame_in_all(replay_server_factory, checkpoint, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["unknown voice", "no decoder"])
+async def test_a_refused_turn_is_one_error_frame_in_all(replay_server_factory, checkpoint, kind):
     # Issue 40 defect 3: Pipecat added "TTS context ... completed with no audio", once per context the
-    # refused turn opened, to codecstream's own error.
+    # refused turn opened, to codecstream's own error. Issue 54 defect 6: a decoder that could not
+    # load was reported when the service started and again by the turn, two identical ErrorFrames.
     server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
-    down, up = await refused_turn(refusing_service(kind, server, checkpoint, tmp_path))
+    down, up = await refused_turn(refusing_service(kind, server, checkpoint))
     errors = [f.error for f in (*down, *up) if isinstance(f, ErrorFrame)]
-    # A decoder that cannot load is also reported once when the service starts, before any turn.
-    assert len(errors) == (2 if kind == "missing decoder" else 1), errors
-    assert all(error.startswith("codecstream: ") for error in errors), errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("codecstream: "), errors
 
 
 @pytest.mark.asyncio
@@ -325,14 +329,54 @@ async def test_the_servers_voices_are_listed(replay_server_factory):
 
 
 @pytest.mark.asyncio
-async def test_a_decoder_that_cannot_load_is_one_clear_error_and_the_turn_still_stops(replay_server_factory, tmp_path):
+async def test_a_decoder_that_cannot_load_is_one_clear_error_and_the_turn_still_stops(replay_server_factory):
     server = replay_server_factory(codes=random_codes(10))
-    tts = CodecstreamTTSService(server=server.target, decoder=tmp_path / "no-such-decoder")
+    tts = CodecstreamTTSService(server=server.target)  # decoder="auto": the server offers none
     down, up = await refused_turn(tts)
     errors = errors_in(down, up)
-    assert errors and all("no-such-decoder: no such directory" in error for error in errors), errors
+    assert len(errors) == 1 and "offers no decoder artifact" in errors[0], errors
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
     assert sample(server, "codecstream_calls_total") == 0
+
+
+def test_a_decoder_that_is_not_there_fails_at_construction(tmp_path):
+    with pytest.raises(DecoderLoadError, match="no-such-decoder: no such directory"):
+        CodecstreamTTSService(server="127.0.0.1:1", decoder=tmp_path / "no-such-decoder")
+
+
+@pytest.mark.asyncio
+async def test_a_bot_started_while_the_server_is_down_speaks_at_the_next_turn_once_it_is_up(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 1: the decoder load that failed at the start was kept for good; every later
+    # turn failed with the old "Connection refused", the server long up.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tts = CodecstreamTTSService(server=f"127.0.0.1:{port}", decoder=checkpoint)
+
+    def server_up():
+        return replay_server_factory(
+            codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), port=port
+        )
+
+    script = [
+        *reply("Hello there."),
+        Until(TTSStoppedFrame),  # the server is down: this turn cannot be spoken
+        Pushed("down turn ended"),
+        Call(lambda: asyncio.to_thread(server_up)),
+        Pause(MAX_RECONNECT_BACKOFF_S * 1.2 + 0.5),  # the connection's next attempt, at most this far off
+        *reply("Hello again."),
+        Until(TTSAudioRawFrame),
+    ]
+    result = await run_script(tts, script)
+    ended = result.marks["down turn ended"]
+    before = [f for f, t in zip(result.frames, result.times, strict=True) if t <= ended]
+    after = [f for f, t in zip(result.frames, result.times, strict=True) if t > ended]
+    errors = [f.error for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "UNAVAILABLE" in errors[0], errors  # the turn that could not be spoken
+    assert audio_bytes(before) == 0 and audio_bytes(after) > 0
+    assert words_of(before) == []
 
 
 @pytest.mark.asyncio

@@ -48,6 +48,8 @@ from codecstream.client.plugins.speech import OPTION_NAMES, Speech, start_option
 from codecstream.client.plugins.spoken_text import SpokenText
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
+from codecstream.client.runtimes import check_decoder_source
+from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FRAME_SECONDS, FrameDecoder
 from loguru import logger
@@ -154,6 +156,8 @@ class CodecstreamTTSService(TTSService):
             **kwargs,
         )
         StreamResampler(sample_rate)  # a bad rate fails here, not at the first turn
+        if not (isinstance(decoder, str) and decoder == AUTO):
+            check_decoder_source(decoder, backend)  # a missing or wrong decoder fails here
         self._target = server
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
@@ -165,7 +169,7 @@ class CodecstreamTTSService(TTSService):
         #: Turns whose stream could not be opened: their later text has nowhere to go, and their audio
         #: context stays open (one TTSStartedFrame) until the reply ends, then stops unspoken.
         self._refused: set[str] = set()
-        #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
+        #: Why the last load of the decoder failed (the next turn loads again).
         self._decoder_error: CodecStreamError | None = None
         #: The type of the text run_tts is about to get (Pipecat's text_transforms are chosen by it).
         self._text_type = "*"
@@ -192,18 +196,36 @@ class CodecstreamTTSService(TTSService):
         self._client = AsyncClient(self._target, **self._client_options)
         # The decoder loads beside the pipeline's start (a download, a first compile: seconds with an
         # empty cache), not before it: only a turn needs it, and the first one waits for what is left.
-        self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
+        self._decoder_loading = self.create_task(self._load_at_start(), "codecstream-decoder-load")
+
+    async def _load_at_start(self) -> None:
+        await self._load_decoder()
+        if self._decoder_error is not None:
+            # Not an ErrorFrame: no turn failed. The next turn loads again and reports what it meets.
+            logger.warning(f"{self}: loading the decoder failed (the next turn tries again): {self._decoder_error}")
 
     async def _load_decoder(self) -> None:
-        """Load the decoder once (weights, runtime sessions, warmed); every turn decodes with its own
-        state. A failure is reported here, once, and refuses every turn."""
+        """Load the decoder (weights, runtime sessions, warmed); every turn decodes with its own state.
+        A failure is kept in `_decoder_error` (Pipecat's tasks swallow exceptions) for the turn that
+        waited for this load."""
         try:
             info = await self._client.codec_info()
             self._stop_frame_timeout_s = info.text_input_timeout_ms / 1000 + QUIET_MARGIN_S
             self._decoder = await self._client.open_decoder(self._decoder_source, backend=self._backend)
+            self._decoder_error = None
         except CodecStreamError as error:
             self._decoder_error = error
-            await self.push_error(error_msg=f"codecstream: {error}", exception=error)
+
+    async def _ready(self) -> LoadedDecoder:
+        """The decoder: the one loading since the start, or, after a load that failed (a server down
+        or restarting when the bot started), loaded again for this turn. Raises that load's error."""
+        if self._decoder is None:
+            if self._decoder_loading is None or self._decoder_loading.done():
+                self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
+            await asyncio.shield(self._decoder_loading)
+            if self._decoder is None:
+                raise self._decoder_error
+        return self._decoder
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)
@@ -276,11 +298,7 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.get(context_id)
         try:
             if turn is None:
-                if self._decoder_loading is not None:
-                    await asyncio.shield(self._decoder_loading)
-                if self._decoder_error is not None:
-                    raise self._decoder_error
-                turn = await self._open_turn(context_id)
+                turn = await self._open_turn(context_id, await self._ready())
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
                 # Pipecat strips the space between its sentences: without it "there.The" would be
                 # one word to the tokenizer and to the word timings.
@@ -299,10 +317,10 @@ class CodecstreamTTSService(TTSService):
             return
         yield None
 
-    async def _open_turn(self, context_id: str) -> _Turn:
+    async def _open_turn(self, context_id: str, decoder: LoadedDecoder) -> _Turn:
         # The turn's TTFB runs from its audio context's start (Pipecat's, at the turn's first text),
         # so a wait for the decoder is in it; started again here, it would leave that wait out.
-        stream = self._client.stream_text(decoder=self._decoder, **self._request())
+        stream = self._client.stream_text(decoder=decoder, **self._request())
         await stream.open()
         text = SpokenText([self._apply_text_transforms] if self._text_transforms else [])
         turn = _Turn(Speech(stream, self.sample_rate, text))
