@@ -40,8 +40,9 @@ from pipecat.frames.frames import (
 from pipecat.metrics.metrics import TTFBMetricsData
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
+from pipecat.utils.errors import ErrorCategory
 
-from tests.conftest import TextRecordingReplay, random_codes, sample
+from tests.conftest import StalledReplay, StallingReplay, TextRecordingReplay, random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 FRAME_BYTES = SAMPLES_PER_FRAME * 2  # one frame of 16-bit PCM at the codec's rate
@@ -66,8 +67,8 @@ class TextKeepingService(CodecstreamTTSService):
         super().__init__(**kwargs)
         self.streams = []
 
-    async def _open_turn(self, context_id: str, decoder):
-        turn = await super()._open_turn(context_id, decoder)
+    def _open_turn(self, context_id: str, decoder):
+        turn = super()._open_turn(context_id, decoder)
         self.streams.append(turn.stream)
         return turn
 
@@ -575,3 +576,64 @@ async def test_a_failing_text_transform_is_one_error_and_the_text_it_failed_on_i
     errors = [f for f in (*result.frames, *result.upstream) if isinstance(f, ErrorFrame)]
     assert len(errors) == 1 and "no secrets" in errors[0].error
     assert sum(isinstance(f, TTSStoppedFrame) for f in result.frames) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("when", ["before its first audio", "after its first audio"])
+async def test_a_stalled_server_ends_the_turn_with_one_timeout_error_and_nothing_unheard_in_the_context(
+    replay_server_factory, checkpoint, when
+):
+    # Issue 54 defect 3: against a server that took the call and never started, 71 s of silence, then
+    # "completed with no audio", the whole reply pushed as TTSTextFrames, and no TTSStoppedFrame by 150 s.
+    source_class = StalledReplay if when == "before its first audio" else StallingReplay
+    server = replay_server_factory(
+        codes=random_codes(40), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=source_class
+    )
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, stall_timeout_s=0.5)
+    script = [*reply("Hello there.", " The train leaves at nine."), Until(TTSStoppedFrame, timeout_s=15)]
+    script += [*reply("Goodbye."), Until(TTSStoppedFrame, timeout_s=15)]  # the next turn is not held back
+    result = await run_script(tts, script)
+    errors = [f for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert len(errors) == 2, [f.error for f in errors]  # one per turn: both stall
+    assert all(isinstance(f.exception, TimeoutError) and f.category is ErrorCategory.CONNECTIVITY for f in errors)
+    assert sum(isinstance(f, TTSStoppedFrame) for f in result.frames) == 2
+    heard = audio_bytes(result.frames) // FRAME_BYTES
+    assert heard == (0 if when == "before its first audio" else 2 * StallingReplay.STALL_AFTER)
+    # Only words whose audio was handed out reach the context: here none is complete.
+    assert words_of(result.frames) == []
+
+
+@pytest.mark.asyncio
+async def test_an_llm_pause_longer_than_the_stall_bound_with_nothing_left_to_say_ends_no_turn(
+    replay_server_factory, checkpoint
+):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, stall_timeout_s=0.5)
+    script = [
+        LLMFullResponseStartFrame(),
+        LLMTextFrame("Hello there."),
+        Pause(1.5),  # the first sentence is spoken long before; the server owes nothing meanwhile
+        LLMTextFrame(" The train leaves."),
+        LLMFullResponseEndFrame(),
+        Until(TTSStoppedFrame),
+    ]
+    result = await run_script(tts, script)
+    assert not [f for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert audio_bytes(result.frames) == 2 * 10 * FRAME_BYTES
+    assert words_of(result.frames) == "Hello there. The train leaves.".split()
+
+
+@pytest.mark.asyncio
+async def test_a_text_transform_that_fails_on_every_text_puts_none_of_the_reply_in_the_context(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 3: Pipecat reported the unspoken reply as spoken when the turn ended.
+    async def refuse(text: str, text_type: str) -> str:
+        raise ValueError("not today")
+
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_transforms=[("*", refuse)])
+    result = await run_script(tts, [*reply("Hello", " there."), Until(TTSStoppedFrame)])
+    assert words_of(result.frames) == [] and audio_bytes(result.frames) == 0
+    errors = [f.error for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert errors and all("not today" in error for error in errors), errors  # no "completed with no audio"
