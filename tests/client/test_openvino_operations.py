@@ -8,6 +8,9 @@ exporter gives SnakeBeta; tests/export checks it inside the exported decoders.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -21,6 +24,8 @@ from codecstream.client.runtimes.openvino_fusion import (  # noqa: E402
     merge_parallel_matmuls,
 )
 from openvino import opset13 as ops  # noqa: E402
+
+from tests.conftest import random_codes  # noqa: E402
 
 CHANNELS = 4
 
@@ -137,3 +142,40 @@ def test_products_of_one_input_by_constant_weights_become_one_with_the_same_outp
     merged = openvino.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(data[None])
     for index in range(4):
         np.testing.assert_array_equal(merged[index], expected[index])
+
+
+#: A client process: a stream open on a server, the OpenVINO runtime loaded as the client loads it,
+#: then a second of streaming. Prints the forks it made and whether OpenVINO's telemetry was loaded.
+CLIENT_LOADING_OPENVINO = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    forks = []
+    os.register_at_fork(before=lambda: forks.append(1))
+    from codecstream.client import AsyncClient
+    from codecstream.client.runtimes.openvino_program import _import_openvino
+
+    async def main():
+        async with AsyncClient(sys.argv[1]) as client:
+            stream = client.stream_codes("Hello there.", voice="ryan")
+            await stream.open()
+            _import_openvino()
+            async for _ in stream:
+                await asyncio.sleep(0.05)  # 20 frames at 100 frames/s, a second in all
+        print(len(forks), "openvino_telemetry" in sys.modules)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_client_loading_openvino_forks_nothing_and_prints_nothing_on_stderr(replay_server_factory):
+    # Issue 54 defect 7: every client process printed gRPC's "fork_posix.cc ... skipping fork() handlers":
+    # `import openvino` loads its model conversion API, whose import sends a usage event to Google
+    # Analytics from a forked process while gRPC's threads run. The client converts no model.
+    server = replay_server_factory(codes=random_codes(20), fps=100.0)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT_LOADING_OPENVINO, server.target], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "False"]
+    assert done.stderr == ""
