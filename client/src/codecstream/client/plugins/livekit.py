@@ -1,6 +1,6 @@
 """codecstream as a LiveKit Agents TTS: codes over gRPC, decoded to PCM here, on the device.
 
-    pip install './client[livekit,onnx]'
+    pip install './client[openvino,livekit]'
 
     from codecstream.client.plugins.livekit import CodecstreamTTS
 
