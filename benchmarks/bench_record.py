@@ -7,6 +7,8 @@ import json
 import os
 import pathlib
 import platform
+import shutil
+import subprocess
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -45,6 +47,21 @@ def machine() -> dict:
         "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def build_openvino_operations(cache: pathlib.Path | str | None = None) -> None:
+    """Build codecstream's OpenVINO operations into the client's cache, as an install script does
+    ahead of a first decoder (runtimes/openvino_extension.py), and copy them into `cache` (a fresh
+    client cache) if given. A decoder opened before they are built runs unfused while they build
+    beside it: a benchmark of the fused decoder builds them first. Where they cannot be built, the
+    decoder runs unfused and logs why."""
+    from codecstream.client.cache import cache_root
+
+    module = "codecstream.client.runtimes.openvino_extension"
+    subprocess.run([sys.executable, "-m", module], capture_output=True, timeout=600, check=False)
+    built = cache_root() / "openvino-ops"
+    if cache is not None and built.is_dir():
+        shutil.copytree(built, pathlib.Path(cache) / "openvino-ops", dirs_exist_ok=True)
 
 
 def peak_rss_mb() -> float:

@@ -141,13 +141,14 @@ def _describe(port) -> TensorInfo:
 def compile_decoder(path: pathlib.Path, config: dict[str, Any]):
     """The artifact compiled as OpenVinoProgram compiles it, with the fused operations where they
     build, but never kept nor taken from the cache: for benchmarks that add settings (PERF_COUNT)."""
-    core, library = _core(_import_openvino())
+    core, library = _core(_import_openvino(), wait=True)
     return _compile(core, path, config, library, None)
 
 
-def _core(openvino):
-    """(an OpenVINO Core with codecstream's operations, the library they came from or None)."""
-    core, library = openvino.Core(), extension_library(openvino)
+def _core(openvino, *, wait: bool = False):
+    """(an OpenVINO Core with codecstream's operations, the library they came from or None). `wait`:
+    for a library not built yet (a decoder's load does not wait: it is built in the background)."""
+    core, library = openvino.Core(), extension_library(openvino, wait=wait)
     if library is None:
         return core, None
     try:
