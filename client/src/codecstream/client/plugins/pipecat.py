@@ -56,7 +56,7 @@ from codecstream.client.plugins.spoken_text import SpokenText
 from codecstream.client.plugins.stall import SpeechStalled
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
-from codecstream.client.runtimes import check_decoder_source
+from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
 from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FRAME_SECONDS, FrameDecoder
@@ -241,8 +241,8 @@ class CodecstreamTTSService(TTSService):
             if self._decoder_loading is None or self._decoder_loading.done():
                 self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
             await asyncio.shield(self._decoder_loading)
-            if self._decoder is None:
-                raise self._decoder_error
+            if self._decoder is None:  # an error other than codecstream's is in Pipecat's log
+                raise self._decoder_error or DecoderLoadError("loading the decoder failed (see the log)")
         return self._decoder
 
     async def stop(self, frame: EndFrame) -> None:
