@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -49,12 +50,42 @@ def commit() -> str:
     return "unknown"
 
 
+def _lscpu() -> dict:
+    """lscpu's CPU identity (a VM's model name can be as short as "AMD EPYC": family and model say
+    which generation); {} where there is no lscpu."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    wanted = ("Vendor ID", "Model name", "CPU family", "Model", "Stepping", "Hypervisor vendor")
+    return {name: fields[name].strip() for name in wanted if name in fields}
+
+
+def other_processes(min_cpu_percent: float = 5.0) -> list[str]:
+    """The other processes using the CPU now (ps: %CPU since each started, then the command's start),
+    besides this one and its children: what else ran on the machine during a run."""
+    try:
+        text = subprocess.run(
+            ["ps", "-eo", "pid,ppid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for line in text.splitlines()[1:]:
+        pid, ppid, cpu, command = line.split(None, 3)
+        if float(cpu) >= min_cpu_percent and os.getpid() not in (int(pid), int(ppid)):
+            found.append(f"{cpu}% {command[:120]}")
+    return found
+
+
 def machine() -> dict:
     """The CPU (model and the extensions that matter), memory, OS, Python, how loaded the machine
     was at the start, the commit, the exact command and the date."""
     flags = _cpuinfo_field("flags").split()
     return {
         "cpu": _cpuinfo_field("model name") or platform.processor() or "unknown",
+        "lscpu": _lscpu(),
         "logical_cpus": os.cpu_count(),
         "isa": [flag for flag in _ISA_FLAGS if flag in flags],
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
@@ -66,6 +97,21 @@ def machine() -> dict:
         "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def build_openvino_operations(cache: pathlib.Path | str | None = None) -> None:
+    """Build codecstream's OpenVINO operations into the client's cache, as an install script does
+    ahead of a first decoder (runtimes/openvino_extension.py), and copy them into `cache` (a fresh
+    client cache) if given. A decoder opened before they are built runs unfused while they build
+    beside it: a benchmark of the fused decoder builds them first. Where they cannot be built, the
+    decoder runs unfused and logs why."""
+    from codecstream.client.cache import cache_root
+
+    module = "codecstream.client.runtimes.openvino_extension"
+    subprocess.run([sys.executable, "-m", module], capture_output=True, timeout=600, check=False)
+    built = cache_root() / "openvino-ops"
+    if cache is not None and built.is_dir():
+        shutil.copytree(built, pathlib.Path(cache) / "openvino-ops", dirs_exist_ok=True)
 
 
 def peak_rss_mb() -> float:

@@ -10,7 +10,7 @@ decoder the server offers, downloaded once before the runs). Two servers, one af
 - a replay server at the codec's real-time pace (12.5 frames/s): the plugin's own cost, with the
   engine's out of the way.
 
-Two modes, both in the record:
+Three modes, all in the record:
 
 - warm: a turn of a plugin whose decoder is loaded and which has spoken a turn before. Per run:
   first audio (from the first token written to the first audio leaving the plugin), then, 0.5 s
@@ -18,15 +18,22 @@ Two modes, both in the record:
   `aclose()`, the library's `cancel`): the time until the server has ended the stream CANCELLED
   (its metrics, polled every 2 ms), the audio that still left the plugin after the interruption,
   and the frames reported played against the audio handed out.
-- cold: the first turn of a fresh process with an empty decoder cache, its first token written the
-  moment the TTS starts (Pipecat's pipeline started, LiveKit's `prewarm()` called, the library's
-  `open_decoder()` called): first audio from then, so it counts the decoder's download, its
-  runtime's import and its session, as much as the plugin leaves inside the turn. The framework and
-  the plugin are imported before the clock starts, as an agent process has them by its first call.
+- cold: the first turn of a fresh process with an empty client cache (the decoder never loaded,
+  codecstream's OpenVINO operations never built: the decoder runs unfused while they build in the
+  background), its first token written the moment the TTS starts (Pipecat's pipeline started,
+  LiveKit's `prewarm()` called, the library's `open_decoder()` called): first audio from then, so
+  it counts the decoder's download, its runtime's import and its compile, as much as the plugin
+  leaves inside the turn. The framework and the plugin are imported before the clock starts, as
+  an agent process has them by its first call.
+- cold, operations built: the same, the OpenVINO operations built ahead as an install script does
+  (`python -m codecstream.client.runtimes.openvino_extension`), the decoder still never loaded.
+
+The record names the other processes that used the CPU at the start, between the modes and at
+the end (this machine's cores may be shared).
 
 Writes benchmarks/results/plugin_bench.json and .png.
 
-    .venv/bin/python benchmarks/plugin_bench.py          # ~5-7 min on 2 cores (engine start included)
+    .venv/bin/python benchmarks/plugin_bench.py          # ~10 min on 2 cores (engine start included)
 """
 
 from __future__ import annotations
@@ -42,7 +49,16 @@ import sys
 import tempfile
 import time
 
-from bench_record import RESULTS, machine, percentiles, random_codes, versions, write_record
+from bench_record import (
+    RESULTS,
+    build_openvino_operations,
+    machine,
+    other_processes,
+    percentiles,
+    random_codes,
+    versions,
+    write_record,
+)
 from bench_servers import ServerProcess
 from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND, SAMPLES_PER_FRAME
 
@@ -52,6 +68,8 @@ REPLY = "Sure, I can help with that. The next train to the airport leaves at nin
 TOKENS_PER_S = 20.0
 LISTEN_S = 0.5
 CLIENTS = ("library", "pipecat", "livekit")
+#: The cold modes: whether the OpenVINO operations were built ahead.
+COLD_MODES = {"cold": False, "cold, operations built": True}
 CANCELLED = 'codecstream_streams_ended_total{reason="cancelled"}'
 
 
@@ -224,9 +242,12 @@ async def cold_livekit(target: str, tokens: list[str], seed: int) -> float:
 COLD_RUNNERS = {"library": cold_library, "pipecat": cold_pipecat, "livekit": cold_livekit}
 
 
-def cold_turn(server: ServerProcess, client: str, seed: int) -> dict:
-    """One cold first turn in a fresh process with an empty decoder cache (see the module's docstring)."""
+def cold_turn(server: ServerProcess, client: str, seed: int, operations_built: bool) -> dict:
+    """One cold first turn in a fresh process with an empty client cache, but for the OpenVINO
+    operations if `operations_built` (see the module's docstring)."""
     with tempfile.TemporaryDirectory() as cache:
+        if operations_built:
+            build_openvino_operations(cache)
         done = subprocess.run(
             [sys.executable, __file__, "--cold-turn", client, "--target", server.target, "--seed", str(seed)],
             env={**os.environ, "CODECSTREAM_CACHE_DIR": cache},
@@ -282,18 +303,23 @@ def main() -> int:
     servers = {"engine": ["--model", str(checkpoint)], f"replay {FRAMES_PER_SECOND:g} fps": replay}
     tokens = tokens_of(REPLY)
     runs = []
+    others = {"start": other_processes()}
     for server_name, server_args in servers.items():
         server = ServerProcess([*server_args, "--decoder-artifact", str(artifact)])
         print(f"{server_name}: serving after {server.start_s:.1f} s", flush=True)
         try:
             for repeat in range(args.cold_repeats):
-                for client in CLIENTS:
-                    entry = {"server": server_name, "client": client, "mode": "cold", "repeat": repeat}
-                    entry.update(cold_turn(server, client, seed=200 + repeat))
-                    runs.append(entry)
-                    print(
-                        f"{server_name:16s} {client:8s} cold #{repeat}: first audio {entry['first_audio_ms']:5.0f} ms"
-                    )
+                for mode, built in COLD_MODES.items():
+                    for client in CLIENTS:
+                        entry = {"server": server_name, "client": client, "mode": mode, "repeat": repeat}
+                        entry.update(cold_turn(server, client, seed=200 + repeat, operations_built=built))
+                        runs.append(entry)
+                        print(
+                            f"{server_name:16s} {client:8s} {mode} #{repeat}: "
+                            f"first audio {entry['first_audio_ms']:5.0f} ms",
+                            flush=True,
+                        )
+            others[f"{server_name}: after the cold turns"] = other_processes()
             for client in CLIENTS:  # warm-up turn each: the decoder download and first-shape costs
                 asyncio.run(RUNNERS[client](server, tokens, seed=99))
             for repeat in range(args.repeats):
@@ -308,15 +334,17 @@ def main() -> int:
                         f"of {entry['handed_out_frames']} handed out",
                         flush=True,
                     )
+            others[f"{server_name}: after the warm turns"] = other_processes()
         finally:
             server.close()
     summary = {}
     for server_name in servers:
         for client in CLIENTS:
-            cold = [r for r in runs if (r["server"], r["client"], r["mode"]) == (server_name, client, "cold")]
-            summary[f"{server_name} / {client} / cold"] = {
-                "first_audio_ms": percentiles([r["first_audio_ms"] for r in cold]),
-            }
+            for mode in COLD_MODES:
+                cold = [r for r in runs if (r["server"], r["client"], r["mode"]) == (server_name, client, mode)]
+                summary[f"{server_name} / {client} / {mode}"] = {
+                    "first_audio_ms": percentiles([r["first_audio_ms"] for r in cold]),
+                }
             mine = [r for r in runs if (r["server"], r["client"], r["mode"]) == (server_name, client, "warm")]
             summary[f"{server_name} / {client} / warm"] = {
                 "first_audio_ms": percentiles([r["first_audio_ms"] for r in mine]),
@@ -334,12 +362,15 @@ def main() -> int:
         "listen_before_interrupt_s": LISTEN_S,
         "decoder": "decoder='auto': the server's ONNX stateful fp32 export of the tiny checkpoint",
         "modes": {
-            "cold": "the first turn of a fresh process, empty decoder cache, first token at the TTS's start; "
-            "first audio from that start (download, runtime import, session, turn)",
+            "cold": "the first turn of a fresh process, empty client cache (decoder never loaded, OpenVINO "
+            "operations never built: built in the background, the decoder unfused), first token at the TTS's "
+            "start; first audio from that start (download, runtime import, compile, turn)",
+            "cold, operations built": "the same with the OpenVINO operations built ahead (an install script)",
             "warm": "decoder loaded, one turn spoken before; first audio from the first token, then an interruption",
         },
         # Other work on the 2 cores during the run (load at the start: machine).
         "load_average_1m_at_end": os.getloadavg()[0],
+        "other_processes_using_the_cpu": others,
         "summary": summary,
         "runs": runs,
     }
@@ -355,11 +386,12 @@ def plot(record: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     servers = sorted({run["server"] for run in record["runs"]})
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     for axis, mode, key, label in (
-        (axes[0], "cold", "first_audio_ms", "cold first turn: first audio after the TTS's start (ms)"),
-        (axes[1], "warm", "first_audio_ms", "warm: first audio after the first token (ms)"),
-        (axes[2], "warm", "cancel_to_server_end_ms", "warm: interruption to the server's End(CANCELLED) (ms)"),
+        (axes[0], "cold", "first_audio_ms", "cold first turn, empty cache: first audio after the TTS's start (ms)"),
+        (axes[1], "cold, operations built", "first_audio_ms", "cold first turn, OpenVINO operations built (ms)"),
+        (axes[2], "warm", "first_audio_ms", "warm: first audio after the first token (ms)"),
+        (axes[3], "warm", "cancel_to_server_end_ms", "warm: interruption to the server's End(CANCELLED) (ms)"),
     ):
         positions, values, names = [], [], []
         for s_index, server in enumerate(servers):
@@ -373,7 +405,10 @@ def plot(record: dict, path: pathlib.Path) -> None:
         axis.boxplot(values, positions=positions, widths=0.7)
         axis.set_xticks(positions, names, fontsize=6)
         axis.set_ylabel(label, fontsize=8)
-    fig.suptitle(f"voice-agent plugins vs the client library ({record['machine']['cpu']})", fontsize=9)
+    cpu = record["machine"].get("lscpu", {})
+    name = cpu.get("Model name", record["machine"]["cpu"])
+    name += f" family {cpu.get('CPU family', '?')} model {cpu.get('Model', '?')}"
+    fig.suptitle(f"voice-agent plugins vs the client library ({name})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -15,6 +15,7 @@ from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
+from codecstream.server.source import Finished, FinishReason, Frames, Generation
 
 from tests.malicious_server import MaliciousServer
 from tests.tcp_proxy import CuttableProxy
@@ -172,10 +173,66 @@ class TextRecordingReplay(ReplaySource):
         return [request.text_so_far for request in self.requests]
 
 
+class StalledReplay(ReplaySource):
+    """A server that takes every call and never starts its stream (an engine that stopped stepping);
+    with `stall_calls`, only that many calls, the later ones served as replay serves them."""
+
+    stall_calls: int | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    async def open(self, request, stream_id: str):
+        self.calls += 1
+        if self.stall_calls is None or self.calls <= self.stall_calls:
+            await asyncio.Event().wait()
+        return await super().open(request, stream_id)
+
+
+class StalledOnceReplay(StalledReplay):
+    stall_calls = 1
+
+
+class StallingReplay(ReplaySource):
+    """A server whose streams send their first STALL_AFTER frames (the default ramp's first two chunks),
+    then nothing more and no End (an engine that stopped stepping mid-stream)."""
+
+    STALL_AFTER = 3
+
+    async def open(self, request, stream_id: str):
+        return _StallAfter(await super().open(request, stream_id), self.STALL_AFTER)
+
+
+class _StallAfter(Generation):
+    def __init__(self, inner: Generation, frames: int) -> None:
+        super().__init__(inner.max_frames, inner.reference_codes)
+        self._inner, self._frames = inner, frames
+        self._aborted = asyncio.Event()
+
+    async def _events(self):
+        sent = 0
+        async for event in self._inner:
+            if isinstance(event, Frames) and sent >= self._frames:
+                break
+            sent += len(event.codes) if isinstance(event, Frames) else 0
+            yield event
+        await self._aborted.wait()
+        yield Finished(FinishReason.ABORTED)
+
+    def __aiter__(self):
+        return self._events()
+
+    async def abort(self) -> None:
+        self._aborted.set()
+        await self._inner.abort()
+
+
 @pytest.fixture
 def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start replay servers: factory(codes=..., reference_codes=..., fps=..., limits=..., source_class=...,
-    **options). `source_class` lets a test inject a fault into a replay source."""
+    port=..., **options). `source_class` lets a test inject a fault into a replay source; `port`: 0
+    picks a free one, another is a server coming up where a client was told to look."""
     started: list[RunningServer] = []
 
     def start(
@@ -185,6 +242,7 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         limits: ServerLimits | None = None,
         decoder_digest: str = UNKNOWN_DECODER_DIGEST,
         source_class: type[ReplaySource] = ReplaySource,
+        port: int = 0,
         **options,
     ) -> RunningServer:
         codes = random_codes(60) if codes is None else codes
@@ -192,7 +250,7 @@ def replay_server_factory() -> Iterator[Callable[..., RunningServer]]:
         source = source_class(recording, frames_per_second=fps, decoder_digest_value=decoder_digest)
         loop = EventLoopThread()
         server = CodecStreamServer(
-            source, ServerOptions(port=0, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
+            source, ServerOptions(port=port, limits=limits or ServerLimits(), shutdown_grace_s=1.0, **options)
         )
         port = loop.run(server.start())
         running = RunningServer(server, source, loop, f"127.0.0.1:{port}")

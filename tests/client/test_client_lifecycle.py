@@ -28,7 +28,7 @@ from codecstream.protocol import decoder_digest
 from codecstream.protocol import errors as protocol_errors
 from codecstream.v1 import synthesis_pb2 as pb
 
-from tests.conftest import random_codes
+from tests.conftest import StalledReplay, StallingReplay, random_codes
 
 
 def finishes(function, timeout: float = 20.0) -> bool:
@@ -102,6 +102,31 @@ def test_leaving_an_async_stream_block_early_cancels_the_stream(replay_server_fa
             return stream.end
 
     assert asyncio.run(run()).reason == pb.END_REASON_CANCELLED
+
+
+@pytest.mark.parametrize("when", ["before its header", "mid-stream"])
+def test_a_dropped_stream_is_over_at_once_and_a_cancel_after_it_raises_nothing(replay_server_factory, checkpoint, when):
+    # A stream given up on (abandon(): its server owes audio and sends none) is not cancelled again:
+    # the cancel waited for the dropped call and raised its CancelledError into the caller.
+    source_class = StalledReplay if when == "before its header" else StallingReplay
+    server = replay_server_factory(
+        codes=random_codes(40), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=source_class
+    )
+
+    async def scenario():
+        async with AsyncClient(server.target) as client:
+            stream = client.synthesize("Hello there.", decoder=await client.open_decoder(checkpoint))
+            if when == "mid-stream":
+                while stream.stats.frames < StallingReplay.STALL_AFTER:
+                    await asyncio.wait_for(anext(stream), 10)
+            pending = asyncio.ensure_future(anext(stream))  # the server sends nothing more
+            done, _ = await asyncio.wait({pending}, timeout=0.3)
+            assert not done
+            pending.cancel()
+            stream.codes.abandon()
+            return await asyncio.wait_for(stream.cancel(3), 10)
+
+    assert asyncio.run(scenario()) is None  # no End: the server never confirmed
 
 
 def test_a_stream_past_its_deadline_fails_with_deadline_exceeded(replay_server_factory):

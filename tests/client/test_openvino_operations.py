@@ -8,12 +8,18 @@ exporter gives SnakeBeta; tests/export checks it inside the exported decoders.
 from __future__ import annotations
 
 import logging
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
 
 openvino = pytest.importorskip("openvino")
-from codecstream.client.runtimes import openvino_extension  # noqa: E402
+from codecstream.client.runtimes import openvino_extension, openvino_program  # noqa: E402
 from codecstream.client.runtimes.openvino_extension import extension_library  # noqa: E402
 from codecstream.client.runtimes.openvino_fusion import (  # noqa: E402
     fuse_snake_beta,
@@ -21,6 +27,8 @@ from codecstream.client.runtimes.openvino_fusion import (  # noqa: E402
     merge_parallel_matmuls,
 )
 from openvino import opset13 as ops  # noqa: E402
+
+from tests.conftest import random_codes  # noqa: E402
 
 CHANNELS = 4
 
@@ -116,6 +124,62 @@ def test_without_a_working_compiler_the_standard_graph_runs_and_the_log_says_why
     assert reason in caplog.text and "without codecstream's fused operations" in caplog.text
 
 
+def slow_compiler(folder: pathlib.Path, seconds: float) -> str:
+    """The system's C++ compiler, starting `seconds` late (a slow machine, a busy one)."""
+    script = folder / "slow-c++"
+    script.write_text(f'#!/bin/sh\nsleep {seconds}\nexec {shutil.which("c++") or shutil.which("g++")} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def library_path(cache: pathlib.Path) -> pathlib.Path:
+    return openvino_extension._target(cache, pathlib.Path(openvino.__file__).parent, openvino.__version__)
+
+
+def wait_for(path: pathlib.Path, timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return path.is_file()
+
+
+def test_a_decoder_s_load_does_not_wait_for_the_operations_they_are_built_beside_it_for_the_next(
+    cache, monkeypatch, tmp_path
+):
+    # Issue 54 defect 8: building them took 2.3-3.2 s of a cold first turn.
+    monkeypatch.setenv("CXX", slow_compiler(tmp_path, 2))
+    _, library = openvino_program._core(openvino)  # what a decoder's load asks for
+    target = library_path(cache)
+    assert library is None and not target.is_file()  # the graph runs as exported; the build goes on
+    assert wait_for(target)  # built in a process of its own
+    assert openvino_program._core(openvino)[1] == target  # the next decoder runs them
+
+
+def test_a_build_that_failed_is_said_once_with_its_reason_and_not_started_again_by_later_loads(
+    cache, monkeypatch, tmp_path, caplog
+):
+    failing = tmp_path / "failing-c++"
+    failing.write_text("#!/bin/sh\necho 'error: no room' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("CXX", str(failing))
+    assert openvino_program._core(openvino)[1] is None
+    marker = library_path(cache).with_name(library_path(cache).name + ".failed")
+    assert wait_for(marker) and "could not build snake_beta.cpp: error: no room" in marker.read_text()
+
+    openvino_extension._started.clear()  # a new process, as far as the build is concerned
+    monkeypatch.setattr(subprocess, "Popen", None)  # starting a build now would fail the test
+    assert openvino_program._core(openvino)[1] is None
+    assert "error: no room" in caplog.text and "without codecstream's fused operations" in caplog.text
+
+
+def test_the_operations_can_be_built_ahead_by_an_install_script(cache):
+    done = subprocess.run(
+        [sys.executable, "-m", "codecstream.client.runtimes.openvino_extension"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == str(library_path(cache))
+    assert openvino_program._core(openvino)[1] == library_path(cache)
+
+
 def test_the_operations_can_be_turned_off(cache, monkeypatch):
     monkeypatch.setenv("CODECSTREAM_OPENVINO_OPS", "0")
     assert extension_library(openvino) is None
@@ -137,3 +201,40 @@ def test_products_of_one_input_by_constant_weights_become_one_with_the_same_outp
     merged = openvino.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(data[None])
     for index in range(4):
         np.testing.assert_array_equal(merged[index], expected[index])
+
+
+#: A client process: a stream open on a server, the OpenVINO runtime loaded as the client loads it,
+#: then a second of streaming. Prints the forks it made and whether OpenVINO's telemetry was loaded.
+CLIENT_LOADING_OPENVINO = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    forks = []
+    os.register_at_fork(before=lambda: forks.append(1))
+    from codecstream.client import AsyncClient
+    from codecstream.client.runtimes.openvino_program import _import_openvino
+
+    async def main():
+        async with AsyncClient(sys.argv[1]) as client:
+            stream = client.stream_codes("Hello there.", voice="ryan")
+            await stream.open()
+            _import_openvino()
+            async for _ in stream:
+                await asyncio.sleep(0.05)  # 20 frames at 100 frames/s, a second in all
+        print(len(forks), "openvino_telemetry" in sys.modules)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_client_loading_openvino_forks_nothing_and_prints_nothing_on_stderr(replay_server_factory):
+    # Issue 54 defect 7: every client process printed gRPC's "fork_posix.cc ... skipping fork() handlers":
+    # `import openvino` loads its model conversion API, whose import sends a usage event to Google
+    # Analytics from a forked process while gRPC's threads run. The client converts no model.
+    server = replay_server_factory(codes=random_codes(20), fps=100.0)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT_LOADING_OPENVINO, server.target], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "False"]
+    assert done.stderr == ""

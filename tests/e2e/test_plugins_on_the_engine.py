@@ -72,3 +72,34 @@ async def test_a_livekit_turn_on_the_engine_times_every_word_inside_its_audio(en
     # Each word arrived on the first frame of the chunk that completes it: no later than its own end.
     assert all(audio_before <= word.end_time + 1e-6 for word, audio_before in heard_by)
     assert ended(engine_server, "eos") == before + 1
+
+
+@pytest.mark.asyncio
+async def test_an_llm_pause_mid_reply_is_not_a_stall_on_a_growing_request(engine_server):
+    # The stall bound (plugins/stall.py) leaves one unspoken word out: the engine holds the frame of
+    # the last token it read until the next one comes, so a reply paused after "train. It" (its "."
+    # read, " It" not yet committed) owes no audio, however long the pause.
+    pytest.importorskip("pipecat")
+    from codecstream.client.plugins.pipecat import CodecstreamTTSService
+    from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
+    from pipecat.frames.frames import (
+        ErrorFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSStoppedFrame,
+        TTSTextFrame,
+    )
+
+    tts = CodecstreamTTSService(
+        server=engine_server.target,
+        decoder=engine_server.checkpoint / "speech_tokenizer",
+        settings=CodecstreamTTSService.Settings(voice="ryan", seed=11),
+        stall_timeout_s=3.0,  # above an 8-frame chunk's generation here (~1 s), well below the pause
+    )
+    first = [*(LLMTextFrame(t) for t in TOKENS[:5]), LLMTextFrame("."), LLMTextFrame(" It")]
+    script = [LLMFullResponseStartFrame(), *first, Pause(9.0), LLMTextFrame(" leaves at nine.")]
+    result = await run_script(tts, [*script, LLMFullResponseEndFrame(), Until(TTSStoppedFrame, timeout_s=120)])
+    assert not [f.error for f in result.upstream if isinstance(f, ErrorFrame)]
+    words = [f.text for f in result.frames if isinstance(f, TTSTextFrame)]
+    assert words == "Sure, the next train. It leaves at nine.".split()

@@ -90,6 +90,28 @@ def export_command(checkpoint: pathlib.Path, fmt: str, mode: str, dtype: str, ou
 
 
 @pytest.fixture(scope="session")
+def built_openvino_operations(tmp_path_factory) -> pathlib.Path | None:
+    """codecstream's OpenVINO operations, built once for the session (None where they cannot be)."""
+    folder = tmp_path_factory.mktemp("openvino-operations")
+    subprocess.run(
+        [sys.executable, "-m", "codecstream.client.runtimes.openvino_extension"],
+        env={**os.environ, "CODECSTREAM_CACHE_DIR": str(folder)}, capture_output=True, timeout=600,
+    )  # fmt: skip
+    built = folder / "openvino-ops"
+    return built if built.is_dir() else None
+
+
+@pytest.fixture
+def cache(cache, built_openvino_operations) -> pathlib.Path:
+    """The test's own client cache, holding the OpenVINO operations as an install that built them
+    ahead has them: a decoder opened without them runs unfused while they build in the background,
+    and these tests check the fused decoder and its kept program."""
+    if built_openvino_operations is not None:
+        shutil.copytree(built_openvino_operations, cache / "openvino-ops")
+    return cache
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> pathlib.Path:
     return write_speech_tokenizer(tmp_path_factory.mktemp("checkpoint") / "tiny", preset="tiny", seed=0)
 

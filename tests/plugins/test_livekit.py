@@ -19,11 +19,17 @@ from codecstream.client.plugins.livekit import CodecstreamTTS
 from codecstream.client.plugins.speech import OPTION_NAMES
 from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
-from codecstream.server.replay import ReplaySource
 from livekit.agents import APIConnectOptions, APIError, APIStatusError, APITimeoutError, LanguageCode
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
-from tests.conftest import TextRecordingReplay, random_codes, sample
+from tests.conftest import (
+    StalledOnceReplay,
+    StalledReplay,
+    StallingReplay,
+    TextRecordingReplay,
+    random_codes,
+    sample,
+)
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 NO_RETRY_WAIT = APIConnectOptions(max_retry=3, retry_interval=0.1, timeout=10)
@@ -209,13 +215,6 @@ async def test_a_whole_text_is_synthesized_in_one_chunked_stream(replay_server_f
     assert frame.samples_per_channel == 12 * 1920
 
 
-class StalledReplay(ReplaySource):
-    """A server that takes every call and never starts its stream (an engine that stopped stepping)."""
-
-    async def open(self, request, stream_id):
-        await asyncio.Event().wait()
-
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["synthesize", "stream"])
 async def test_a_stream_not_started_within_conn_options_timeout_is_an_api_timeout(
@@ -359,3 +358,104 @@ async def test_a_failing_text_transform_fails_the_stream_without_retrying_it(rep
     await engine.aclose()
     assert len(errors) == 1 and errors[0].recoverable is False
     assert sample(server, "codecstream_calls_total") == 0
+
+
+@pytest.mark.asyncio
+async def test_a_failing_text_transform_fails_a_streamed_reply_at_once_without_retrying_it(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 2: stream() lost the transform's exception; the turn waited for the server's 60 s
+    # text timeout, then LiveKit retried it (130 s, four error events).
+    def refuse(text: str) -> str:
+        raise ValueError("no secrets")
+
+    server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint, text_transforms=[refuse])
+    errors = []
+    engine.on("error", errors.append)
+    stream = engine.stream(conn_options=NO_RETRY_WAIT)
+    stream.push_text("The secret is out.")  # the input stays open: an LLM still writing
+
+    async def drain():
+        async for _ in stream:
+            pass
+
+    with pytest.raises(APIError, match=r"text transform.*no secrets"):
+        await asyncio.wait_for(drain(), 30)  # well before the server's text timeout (60 s)
+    await stream.aclose()
+    await engine.aclose()
+    assert len(errors) == 1 and errors[0].recoverable is False
+
+
+async def drained(stream) -> list:
+    return [event async for event in stream]
+
+
+@pytest.mark.asyncio
+async def test_a_stalled_server_is_an_api_timeout_once_it_has_a_sentence_not_at_the_end_of_the_reply(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 3: the first-audio bound started only at flush or end_input, so with an LLM still
+    # writing the user waited for the whole reply, plus the timeout.
+    server = replay_server_factory(
+        codes=random_codes(12), decoder_digest=decoder_digest(checkpoint), source_class=StalledReplay
+    )
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    errors = []
+    engine.on("error", errors.append)
+    stream = engine.stream(conn_options=APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=0.5))
+    stream.push_text("Hello there. The train")  # a sentence the server can speak; the LLM writes on
+    with pytest.raises(APITimeoutError):
+        await asyncio.wait_for(drained(stream), 30)
+    await stream.aclose()
+    await engine.aclose()
+    assert len(errors) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_stream_that_stalls_after_its_first_audio_ends_with_an_api_timeout_not_retried(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 3: nothing bounded a stream that stalled once audio flowed.
+    server = replay_server_factory(
+        codes=random_codes(40), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=StallingReplay
+    )
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    errors = []
+    engine.on("error", errors.append)
+    stream = engine.stream(conn_options=APIConnectOptions(max_retry=3, retry_interval=0.1, timeout=0.5))
+    stream.push_text("Hello there. The train leaves at nine.")
+    stream.end_input()
+    frames = []
+    with pytest.raises(APITimeoutError):
+        async with asyncio.timeout(30):
+            async for event in stream:
+                frames.append(event.frame)
+    await stream.aclose()
+    await engine.aclose()
+    assert sum(f.samples_per_channel for f in frames) == StallingReplay.STALL_AFTER * 1920
+    # Audio went out: LiveKit would speak the reply again from its start, so it is not retried.
+    assert len(errors) == 1 and errors[0].recoverable is False
+    assert sample(server, "codecstream_calls_total") == 1
+
+
+@pytest.mark.asyncio
+async def test_a_stream_retried_after_a_stalled_first_attempt_speaks_its_whole_text(replay_server_factory, checkpoint):
+    # LiveKit replays the input into a new channel for a retry: each attempt reads the text from its
+    # start, none of what the stalled attempt read is lost or sent twice.
+    server = replay_server_factory(
+        codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=StalledOnceReplay
+    )
+    engine = CodecstreamTTS(server=server.target, decoder=checkpoint)
+    errors = []
+    engine.on("error", errors.append)
+    stream = engine.stream(conn_options=APIConnectOptions(max_retry=1, retry_interval=0.1, timeout=0.5))
+    for token in REPLY:
+        stream.push_text(token)
+    stream.end_input()
+    frames = [event.frame for event in await asyncio.wait_for(drained(stream), 30)]
+    await stream.aclose()
+    await engine.aclose()
+    assert len(errors) == 1 and errors[0].recoverable is True  # the stalled attempt, retried
+    assert "".join(words_in(frames)) == "Hello there. The train leaves at nine."
+    assert sum(f.samples_per_channel for f in frames) == 2 * 10 * 1920

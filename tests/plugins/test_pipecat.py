@@ -10,33 +10,39 @@ import asyncio
 import gc
 import logging
 import re
+import socket
 import time
 
 import pytest
 
 pytest.importorskip("pipecat", reason="the pipecat extra: pip install './client[pipecat]'")
 
+from codecstream.client.channel import MAX_RECONNECT_BACKOFF_S
 from codecstream.client.plugins.pipecat import CodecstreamTTSService
 from codecstream.client.plugins.speech import OPTION_NAMES
+from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.decoding import SAMPLES_PER_FRAME
-from codecstream.testing.pipecat_pipeline import Pause, Until, run_script
+from codecstream.testing.pipecat_pipeline import Call, Pause, Pushed, Until, run_script
 from pipecat.frames.frames import (
     ErrorFrame,
     InterruptionFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
+    MetricsFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
     TTSUpdateSettingsFrame,
 )
+from pipecat.metrics.metrics import TTFBMetricsData
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transcriptions.language import Language
+from pipecat.utils.errors import ErrorCategory
 
-from tests.conftest import TextRecordingReplay, random_codes, sample
+from tests.conftest import StalledReplay, StallingReplay, TextRecordingReplay, random_codes, sample
 
 REPLY = ["Hello", " there.", " The train", " leaves at", " nine."]
 FRAME_BYTES = SAMPLES_PER_FRAME * 2  # one frame of 16-bit PCM at the codec's rate
@@ -61,8 +67,8 @@ class TextKeepingService(CodecstreamTTSService):
         super().__init__(**kwargs)
         self.streams = []
 
-    async def _open_turn(self, context_id: str):
-        turn = await super()._open_turn(context_id)
+    def _open_turn(self, context_id: str, decoder):
+        turn = super()._open_turn(context_id, decoder)
         self.streams.append(turn.stream)
         return turn
 
@@ -197,24 +203,25 @@ async def test_a_refused_turn_is_one_request_one_error_and_one_stop_not_one_per_
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
 
 
-def refusing_service(kind: str, server, checkpoint, tmp_path) -> CodecstreamTTSService:
-    """A service whose turns are refused: by the server (an unknown voice) or by the client (no decoder)."""
+def refusing_service(kind: str, server, checkpoint) -> CodecstreamTTSService:
+    """A service whose turns are refused: by the server (an unknown voice) or by the client (the
+    server offers no decoder to download)."""
     if kind == "unknown voice":
         return CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody")
-    return CodecstreamTTSService(server=server.target, decoder=tmp_path / "no-such-decoder")
+    return CodecstreamTTSService(server=server.target)
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("kind", ["unknown voice", "missing decoder"])
-async def test_a_refused_turn_is_one_error_frame_in_all(replay_server_factory, checkpoint, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["unknown voice", "no decoder"])
+async def test_a_refused_turn_is_one_error_frame_in_all(replay_server_factory, checkpoint, kind):
     # Issue 40 defect 3: Pipecat added "TTS context ... completed with no audio", once per context the
-    # refused turn opened, to codecstream's own error.
+    # refused turn opened, to codecstream's own error. Issue 54 defect 6: a decoder that could not
+    # load was reported when the service started and again by the turn, two identical ErrorFrames.
     server = replay_server_factory(codes=random_codes(10), decoder_digest=decoder_digest(checkpoint))
-    down, up = await refused_turn(refusing_service(kind, server, checkpoint, tmp_path))
+    down, up = await refused_turn(refusing_service(kind, server, checkpoint))
     errors = [f.error for f in (*down, *up) if isinstance(f, ErrorFrame)]
-    # A decoder that cannot load is also reported once when the service starts, before any turn.
-    assert len(errors) == (2 if kind == "missing decoder" else 1), errors
-    assert all(error.startswith("codecstream: ") for error in errors), errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("codecstream: "), errors
 
 
 @pytest.mark.asyncio
@@ -323,14 +330,54 @@ async def test_the_servers_voices_are_listed(replay_server_factory):
 
 
 @pytest.mark.asyncio
-async def test_a_decoder_that_cannot_load_is_one_clear_error_and_the_turn_still_stops(replay_server_factory, tmp_path):
+async def test_a_decoder_that_cannot_load_is_one_clear_error_and_the_turn_still_stops(replay_server_factory):
     server = replay_server_factory(codes=random_codes(10))
-    tts = CodecstreamTTSService(server=server.target, decoder=tmp_path / "no-such-decoder")
+    tts = CodecstreamTTSService(server=server.target)  # decoder="auto": the server offers none
     down, up = await refused_turn(tts)
     errors = errors_in(down, up)
-    assert errors and all("no-such-decoder: no such directory" in error for error in errors), errors
+    assert len(errors) == 1 and "offers no decoder artifact" in errors[0], errors
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
     assert sample(server, "codecstream_calls_total") == 0
+
+
+def test_a_decoder_that_is_not_there_fails_at_construction(tmp_path):
+    with pytest.raises(DecoderLoadError, match="no-such-decoder: no such directory"):
+        CodecstreamTTSService(server="127.0.0.1:1", decoder=tmp_path / "no-such-decoder")
+
+
+@pytest.mark.asyncio
+async def test_a_bot_started_while_the_server_is_down_speaks_at_the_next_turn_once_it_is_up(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 1: the decoder load that failed at the start was kept for good; every later
+    # turn failed with the old "Connection refused", the server long up.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tts = CodecstreamTTSService(server=f"127.0.0.1:{port}", decoder=checkpoint)
+
+    def server_up():
+        return replay_server_factory(
+            codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint), port=port
+        )
+
+    script = [
+        *reply("Hello there."),
+        Until(TTSStoppedFrame),  # the server is down: this turn cannot be spoken
+        Pushed("down turn ended"),
+        Call(lambda: asyncio.to_thread(server_up)),
+        Pause(MAX_RECONNECT_BACKOFF_S * 1.2 + 0.5),  # the connection's next attempt, at most this far off
+        *reply("Hello again."),
+        Until(TTSAudioRawFrame),
+    ]
+    result = await run_script(tts, script)
+    ended = result.marks["down turn ended"]
+    before = [f for f, t in zip(result.frames, result.times, strict=True) if t <= ended]
+    after = [f for f, t in zip(result.frames, result.times, strict=True) if t > ended]
+    errors = [f.error for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1 and "UNAVAILABLE" in errors[0], errors  # the turn that could not be spoken
+    assert audio_bytes(before) == 0 and audio_bytes(after) > 0
+    assert words_of(before) == []
 
 
 @pytest.mark.asyncio
@@ -367,6 +414,26 @@ async def test_the_pipeline_starts_while_the_decoder_loads_and_the_first_turn_wa
     assert first_audio > tts.loaded_at
 
 
+@pytest.mark.asyncio
+async def test_a_first_turn_waiting_for_the_decoder_counts_the_wait_in_its_time_to_first_byte(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 4: the TTFB started once the decoder had loaded (0.07-0.25 s reported for 3-6 s of waiting).
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = SlowLoadingService(server=server.target, decoder=checkpoint)
+    result = await run_script(tts, [*reply("Hello there."), Until(TTSStoppedFrame)], metrics=True)
+    ttfb = [
+        (data.value, at)
+        for frame, at in zip(result.frames, result.times, strict=True)
+        if isinstance(frame, MetricsFrame)
+        for data in frame.data
+        if isinstance(data, TTFBMetricsData) and data.processor == tts.name and data.value > 0  # 0: the start's
+    ]
+    assert len(ttfb) == 1
+    value, reported_at = ttfb[0]
+    assert reported_at - value < tts.loaded_at  # the measurement began before the decoder was ready
+
+
 @pytest.mark.parametrize(
     ("language", "sent"),
     [(Language.ZH, "Chinese"), (Language.PT_BR, "Portuguese"), (Language.KO_KR, "Korean"), (Language.IT, "Italian")],
@@ -380,6 +447,20 @@ def test_a_language_the_model_does_not_speak_is_refused_at_construction_naming_t
     # Issue 40: Language.AR went to the server as "ar" and every turn was refused there.
     with pytest.raises(ValueError, match=r"does not speak 'ar'; it speaks Chinese \(zh\), English \(en\)"):
         CodecstreamTTSService(server="127.0.0.1:1", language=Language.AR)
+
+
+@pytest.mark.parametrize(("language", "sent"), [("pt_BR", "Portuguese"), ("en-us", "English"), ("german", "German")])
+def test_a_language_string_pipecat_s_enum_lacks_is_mapped_through_the_models_table(language, sent):
+    # Issue 54 defect 5: strings Language() does not parse went to the server raw, refused every turn.
+    tts = CodecstreamTTSService(server="127.0.0.1:1", language=language)
+    assert tts._request()["language"] == sent
+
+
+def test_a_language_string_the_model_does_not_speak_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"does not speak 'xx-YY'"):
+        CodecstreamTTSService(server="127.0.0.1:1", language="xx-YY")
+    with pytest.raises(ValueError, match=r"does not speak 'xx-YY'"):
+        CodecstreamTTSService(server="127.0.0.1:1", settings=CodecstreamTTSService.Settings(language="xx-YY"))
 
 
 @pytest.mark.asyncio
@@ -495,3 +576,64 @@ async def test_a_failing_text_transform_is_one_error_and_the_text_it_failed_on_i
     errors = [f for f in (*result.frames, *result.upstream) if isinstance(f, ErrorFrame)]
     assert len(errors) == 1 and "no secrets" in errors[0].error
     assert sum(isinstance(f, TTSStoppedFrame) for f in result.frames) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("when", ["before its first audio", "after its first audio"])
+async def test_a_stalled_server_ends_the_turn_with_one_timeout_error_and_nothing_unheard_in_the_context(
+    replay_server_factory, checkpoint, when
+):
+    # Issue 54 defect 3: against a server that took the call and never started, 71 s of silence, then
+    # "completed with no audio", the whole reply pushed as TTSTextFrames, and no TTSStoppedFrame by 150 s.
+    source_class = StalledReplay if when == "before its first audio" else StallingReplay
+    server = replay_server_factory(
+        codes=random_codes(40), fps=100.0, decoder_digest=decoder_digest(checkpoint), source_class=source_class
+    )
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, stall_timeout_s=0.5)
+    script = [*reply("Hello there.", " The train leaves at nine."), Until(TTSStoppedFrame, timeout_s=15)]
+    script += [*reply("Goodbye."), Until(TTSStoppedFrame, timeout_s=15)]  # the next turn is not held back
+    result = await run_script(tts, script)
+    errors = [f for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert len(errors) == 2, [f.error for f in errors]  # one per turn: both stall
+    assert all(isinstance(f.exception, TimeoutError) and f.category is ErrorCategory.CONNECTIVITY for f in errors)
+    assert sum(isinstance(f, TTSStoppedFrame) for f in result.frames) == 2
+    heard = audio_bytes(result.frames) // FRAME_BYTES
+    assert heard == (0 if when == "before its first audio" else 2 * StallingReplay.STALL_AFTER)
+    # Only words whose audio was handed out reach the context: here none is complete.
+    assert words_of(result.frames) == []
+
+
+@pytest.mark.asyncio
+async def test_an_llm_pause_longer_than_the_stall_bound_with_nothing_left_to_say_ends_no_turn(
+    replay_server_factory, checkpoint
+):
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, stall_timeout_s=0.5)
+    script = [
+        LLMFullResponseStartFrame(),
+        LLMTextFrame("Hello there."),
+        Pause(1.5),  # the first sentence is spoken long before; the server owes nothing meanwhile
+        LLMTextFrame(" The train leaves."),
+        LLMFullResponseEndFrame(),
+        Until(TTSStoppedFrame),
+    ]
+    result = await run_script(tts, script)
+    assert not [f for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert audio_bytes(result.frames) == 2 * 10 * FRAME_BYTES
+    assert words_of(result.frames) == "Hello there. The train leaves.".split()
+
+
+@pytest.mark.asyncio
+async def test_a_text_transform_that_fails_on_every_text_puts_none_of_the_reply_in_the_context(
+    replay_server_factory, checkpoint
+):
+    # Issue 54 defect 3: Pipecat reported the unspoken reply as spoken when the turn ended.
+    async def refuse(text: str, text_type: str) -> str:
+        raise ValueError("not today")
+
+    server = replay_server_factory(codes=random_codes(10), fps=100.0, decoder_digest=decoder_digest(checkpoint))
+    tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, text_transforms=[("*", refuse)])
+    result = await run_script(tts, [*reply("Hello", " there."), Until(TTSStoppedFrame)])
+    assert words_of(result.frames) == [] and audio_bytes(result.frames) == 0
+    errors = [f.error for f in result.upstream if isinstance(f, ErrorFrame)]
+    assert errors and all("not today" in error for error in errors), errors  # no "completed with no audio"

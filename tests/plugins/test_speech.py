@@ -39,6 +39,7 @@ class ScriptedStream:
         self._pending: list[WordTiming] = []
         self._words_at_end = words_at_end
         self.text = TEXT
+        self.text_complete = True
         self.text_offset_played = len(TEXT)
 
     def __aiter__(self):
@@ -60,6 +61,8 @@ class ScriptedStream:
 class _Chunk:
     num_frames: int
     samples: np.ndarray
+    text_end: int = 0
+    ends_text_span: bool = True
 
 
 def scripted() -> ScriptedStream:

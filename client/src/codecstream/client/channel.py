@@ -4,6 +4,11 @@ While a call is open the channel pings the server every `keepalive_s`; no answer
 drops the connection, so a connection that died without a FIN or RST (a NAT that forgot it, a
 Wi-Fi handover) fails the call within about twice `keepalive_s` and a resumable stream reattaches.
 codecstream-server accepts pings every 5 s or more (docs/server.md).
+
+A server that cannot be reached is tried again at least every MAX_RECONNECT_BACKOFF_S. gRPC's own
+backoff grows to two minutes, and until its next attempt every call fails at once: after 20 s of
+a server being down, a client here reached it again only 6.5 s after it was back up, and a voice
+agent would not speak for as long.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import pathlib
 import grpc
 
 DEFAULT_KEEPALIVE_S = 10.0
+MAX_RECONNECT_BACKOFF_S = 2.0
 #: The largest response message accepted: a Header with the longest reference codes is far smaller.
 MAX_RESPONSE_BYTES = 16 << 20
 
@@ -47,6 +53,7 @@ def open_channel(
         # A stream sends little (acks), so pings must not wait for data to have been sent.
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.max_reconnect_backoff_ms", int(MAX_RECONNECT_BACKOFF_S * 1000)),
     ]
     if not tls:
         return grpc.aio.insecure_channel(target, options=options)

@@ -316,7 +316,7 @@ class AsyncCodeStream:
     async def cancel(self, played_frames: int = 0) -> pb.End | None:
         """Stop the stream now; chunks still in flight are discarded. Returns the server's End."""
         self.request_cancel(played_frames)
-        if self._call is None:
+        if self._call is None or self.abandoned:
             return self.end
         try:
             while self.end is None:
@@ -330,3 +330,8 @@ class AsyncCodeStream:
         """Drop the call without waiting (the server sees a disconnect)."""
         if self._call is not None:
             self._call.cancel()
+
+    @property
+    def abandoned(self) -> bool:
+        """The call was dropped (`abandon`): nothing more comes, and there is nothing to cancel."""
+        return self._call is not None and self._call.cancelled()

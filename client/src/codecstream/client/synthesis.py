@@ -261,7 +261,10 @@ class AsyncAudioStream:
 
     async def cancel(self, played_frames: int = 0) -> pb.End | None:
         """Barge-in: stop the server stream, discard undecoded chunks, reset the decoder."""
-        if self._receiver is None:
+        if self._receiver is None or self.codes.abandoned:
+            # A dropped call ends its receiver with grpc.aio's CancelledError: nothing to wait for.
+            if self._receiver is not None:
+                self._receiver.cancel()
             end = await self.codes.cancel(played_frames)
         else:
             # The receiver owns the response iterator: it reads on until End(CANCELLED) arrives.

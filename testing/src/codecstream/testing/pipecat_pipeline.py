@@ -1,9 +1,10 @@
 """A Pipecat processor driven step by step inside a real Pipecat pipeline (tests and benchmarks).
 
 Pipecat's own `run_test` can only sleep between frames, which races a real server. `run_script`
-pushes a script's frames downstream in order, waiting at each `Until` for the frame it names and
-at each `Pause` for a while, and returns every frame the processor sent downstream with the
-monotonic time it came out. Needs pipecat-ai (the client's [pipecat] extra).
+pushes a script's frames downstream in order, waiting at each `Until` for the frame it names, at
+each `Pause` for a while and at each `Call` for what it does (a server started mid-conversation),
+and returns every frame the processor sent downstream with the monotonic time it came out. Needs
+pipecat-ai (the client's [pipecat] extra).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,13 @@ class Pause:
     """A step: nothing is pushed for `seconds` (an LLM that stops writing for a while)."""
 
     seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A step: await `function()` (a coroutine function, or one returning an awaitable)."""
+
+    function: Callable[[], Awaitable[object]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +55,10 @@ class RunResult:
     marks: dict[str, float]
 
 
-async def run_script(processor, script: list) -> RunResult:
+async def run_script(processor, script: list, *, metrics: bool = False) -> RunResult:
     """Run `processor` in a Pipeline (PipelineWorker, WorkerRunner) between two queues: push the
-    script's frames and steps in order, then end the pipeline."""
+    script's frames and steps in order, then end the pipeline. `metrics`: Pipecat's metrics on
+    (PipelineParams.enable_metrics), so that the MetricsFrames come out among the frames."""
     from pipecat.frames.frames import EndFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -61,7 +71,7 @@ async def run_script(processor, script: list) -> RunResult:
     source = QueuedFrameProcessor(queue=went_up, queue_direction=FrameDirection.UPSTREAM)
     sink = QueuedFrameProcessor(queue=_Stamping(came_out), queue_direction=FrameDirection.DOWNSTREAM)
     pipeline = Pipeline([source, processor, sink])
-    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams())
+    worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams(enable_metrics=metrics))
     started = asyncio.Event()
     result = RunResult([], [], [], {})
 
@@ -88,6 +98,8 @@ async def run_script(processor, script: list) -> RunResult:
                     await drain_until(step.kind, step.timeout_s)
                 elif isinstance(step, Pause):
                     await asyncio.sleep(step.seconds)
+                elif isinstance(step, Call):
+                    await step.function()
                 elif isinstance(step, Pushed):
                     result.marks[step.name] = time.monotonic()
                 else:

@@ -1,6 +1,6 @@
 """codecstream as a LiveKit Agents TTS: codes over gRPC, decoded to PCM here, on the device.
 
-    pip install './client[livekit,onnx]'
+    pip install './client[openvino,livekit]'
 
     from codecstream.client.plugins.livekit import CodecstreamTTS
 
@@ -17,6 +17,12 @@ frames that speak them: the talker's conditioning, not a forced alignment). `syn
 a whole text. The decoder is the server's own (`decoder="auto"`, downloaded once and cached)
 unless a path is given; `update_options()` changes the voice and the rest for the next stream.
 
+`conn_options.timeout` bounds how long a server may owe audio without sending any (its first audio
+once it has text it can speak, then every gap: plugins/stall.py): past it the stream fails with
+APITimeoutError, which LiveKit retries (the input replayed) until audio has gone out. What would fail
+the same way again (a refusal, a decoder that cannot load, a text transform that raises) is a
+non-retryable APIError, raised at once.
+
 `text_transforms=[fn]` (each `text -> text`, plain or async) change what is spoken, not the
 transcript: applied here to whole words, and the timed words LiveKit gets are the text as written,
 timed where their spoken form is heard (plugins/spoken_text.py). A session's own
@@ -30,7 +36,7 @@ import dataclasses
 import logging
 import pathlib
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
@@ -43,6 +49,7 @@ from codecstream.client.errors import (
 )
 from codecstream.client.plugins.speech import Speech, SpeechOptions
 from codecstream.client.plugins.spoken_text import SpokenText, TextTransform
+from codecstream.client.plugins.stall import SpeechStalled
 from codecstream.client.resample import StreamResampler
 from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
 from codecstream.client.synthesis import AsyncAudioStream
@@ -202,54 +209,46 @@ def _api_error(error: CodecStreamError) -> APIError:
     return APIConnectionError(str(error))
 
 
-async def _within_timeout(
-    speaking: Awaitable[None], output: _Output, text_given: asyncio.Event, conn_options: APIConnectOptions
-) -> None:
-    """Await `speaking` (open the stream, then hand its audio to LiveKit), bounded as LiveKit bounds a
-    provider by `conn_options.timeout`: once the server has text it can speak (a whole text, a flush or
-    the end of the input), its first audio must come within the timeout. A server that takes the call
-    and never starts speaking (its engine stalled) is then a retryable APITimeoutError, not a turn
-    held forever."""
-
-    async def first_audio() -> None:
-        await text_given.wait()
-        try:
-            await asyncio.wait_for(output.first_audio.wait(), conn_options.timeout)
-        except asyncio.TimeoutError:
-            raise APITimeoutError(
-                f"codecstream: no audio within {conn_options.timeout:g} s of the text (conn_options.timeout)"
-            ) from None
-
-    speech = asyncio.ensure_future(speaking)
-    watchdog = asyncio.ensure_future(first_audio())
-    try:
-        await asyncio.wait({speech, watchdog}, return_when=asyncio.FIRST_EXCEPTION)
-        if watchdog.done() and watchdog.exception() is not None:
-            raise watchdog.exception()
-        await speech
-    finally:
-        for task in (speech, watchdog):
-            task.cancel()
-        await asyncio.gather(speech, watchdog, return_exceptions=True)
-
-
 _END_OF_INPUT = object()
 
 
 class _Output:
-    """One stream's audio and words on their way to LiveKit."""
+    """One stream's audio and words on their way to LiveKit. The stream is bounded as LiveKit bounds a
+    provider, by `conn_options.timeout`: a server that owes audio (stall.py) and sends none for as
+    long ends it with APITimeoutError, retryable until audio went out (LiveKit would replay the text
+    from its start)."""
 
-    def __init__(self, stream: AsyncAudioStream, text: SpokenText, emitter: tts.AudioEmitter, sample_rate: int) -> None:
-        self.speech = Speech(stream, sample_rate, text)
-        #: Set at the first audio handed to LiveKit.
-        self.first_audio = asyncio.Event()
+    def __init__(
+        self,
+        stream: AsyncAudioStream,
+        text: SpokenText,
+        emitter: tts.AudioEmitter,
+        sample_rate: int,
+        conn_options: APIConnectOptions,
+    ) -> None:
+        self.speech = Speech(stream, sample_rate, text, stall_timeout_s=conn_options.timeout)
         self._emitter = emitter
 
     async def run(self) -> None:
+        """Open the stream and hand its words and audio to LiveKit; raises LiveKit's error for a failure."""
+        try:
+            await self._hand_over()
+        except SpeechStalled as error:
+            message = f"codecstream: {error} (conn_options.timeout)"
+            raise APITimeoutError(message, retryable=not self.audio_out) from None
+        except CodecStreamError as error:
+            api_error = _api_error(error)
+            if self.audio_out:
+                api_error.retryable = False  # LiveKit would replay the whole text after audio went out
+            raise api_error from None
+
+    @property
+    def audio_out(self) -> bool:
+        return self.speech.playout.handed_frames > 0
+
+    async def _hand_over(self) -> None:
         text = self.speech.text
         async for handout in self.speech:
-            if handout.first:
-                self.first_audio.set()
             if handout.words:
                 # LiveKit joins the strings: each word with the white space after it, as the text has them.
                 self._emitter.push_timed_transcript(
@@ -297,16 +296,9 @@ class ChunkedStream(tts.ChunkedStream):
         text = SpokenText(engine.text_transforms)
         spoken = await _transformed(text, self.input_text, complete=True)
         stream = client.synthesize(spoken, decoder=decoder, **engine._opts.start_options())
-        output = _Output(stream, text, output_emitter, engine.sample_rate)
-        text_given = asyncio.Event()
-        text_given.set()
+        output = _Output(stream, text, output_emitter, engine.sample_rate, self._conn_options)
         try:
-            await _within_timeout(output.run(), output, text_given, self._conn_options)
-        except CodecStreamError as error:
-            api_error = _api_error(error)
-            if output.speech.playout.handed_frames:
-                api_error.retryable = False  # LiveKit would replay the whole text after audio went out
-            raise api_error from None
+            await output.run()
         finally:
             await output.stop()
 
@@ -317,27 +309,28 @@ class SynthesizeStream(tts.SynthesizeStream):
     def __init__(self, *, tts: CodecstreamTTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
         self._codecstream = tts
-        #: The input's text and flushes as they came, then _END_OF_INPUT.
-        self._text: asyncio.Queue = asyncio.Queue()
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        reading = asyncio.create_task(self._read_input(), name="codecstream-read-text")
+        # Each attempt reads the input from its start: LiveKit replays it into a new channel for a retry.
+        text: asyncio.Queue = asyncio.Queue()
+        reading = asyncio.create_task(self._read_input(text), name="codecstream-read-text")
         try:
-            await self._speak(output_emitter)
+            await self._speak(output_emitter, text)
         finally:
             reading.cancel()
 
-    async def _read_input(self) -> None:
-        """Take the LLM's text as it comes, also while the decoder may still be loading."""
+    async def _read_input(self, text: asyncio.Queue) -> None:
+        """Take the LLM's text as it comes, also while the decoder may still be loading: its pieces
+        and flushes, then _END_OF_INPUT."""
         async for item in self._input_ch:
             if not isinstance(item, self._FlushSentinel):
                 # LiveKit times TTFB and emits TTSMetrics from the first text given to the provider:
                 # marked on arrival, so that a turn waiting for the decoder's load counts the wait.
                 self._mark_started()
-            self._text.put_nowait(item)
-        self._text.put_nowait(_END_OF_INPUT)
+            text.put_nowait(item)
+        text.put_nowait(_END_OF_INPUT)
 
-    async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
+    async def _speak(self, output_emitter: tts.AudioEmitter, received: asyncio.Queue) -> None:
         engine = self._codecstream
         client, decoder = await engine._ready()
         request_id = uuid.uuid4().hex
@@ -347,31 +340,30 @@ class SynthesizeStream(tts.SynthesizeStream):
         output_emitter.start_segment(segment_id=request_id)
         stream = client.stream_text(decoder=decoder, **engine._opts.start_options())
         text = SpokenText(engine.text_transforms)
-        output = _Output(stream, text, output_emitter, engine.sample_rate)
-        text_given = asyncio.Event()  # a flush or the input's end: the server can speak what it has
+        output = _Output(stream, text, output_emitter, engine.sample_rate, self._conn_options)
+        speech = output.speech
 
         async def send_text() -> None:
-            while (item := await self._text.get()) is not _END_OF_INPUT:
+            while (item := await received.get()) is not _END_OF_INPUT:
                 if isinstance(item, self._FlushSentinel):
-                    stream.push_text(await _transformed(text, "", complete=True))
-                    stream.flush()
-                    text_given.set()
+                    speech.push_text(await _transformed(text, "", complete=True))
+                    speech.flush()
                 else:
-                    stream.push_text(await _transformed(text, item, complete=False))
-            stream.push_text(await _transformed(text, "", complete=True))
-            stream.end_input()
-            text_given.set()
-
-        async def speak() -> None:
-            await stream.open()
-            await output.run()
+                    speech.push_text(await _transformed(text, item, complete=False))
+            speech.push_text(await _transformed(text, "", complete=True))
+            speech.end_input()
 
         sender = asyncio.create_task(send_text(), name="codecstream-send-text")
+        speaking = asyncio.create_task(output.run(), name="codecstream-speak")
         try:
-            await _within_timeout(speak(), output, text_given, self._conn_options)
+            # The sender's failure (a text transform's) ends the stream at once; its end does not.
+            await asyncio.wait({sender, speaking}, return_when=asyncio.FIRST_EXCEPTION)
+            if sender.done() and not sender.cancelled() and sender.exception() is not None:
+                raise sender.exception()
+            await speaking
             output_emitter.end_segment()
-        except CodecStreamError as error:
-            raise _api_error(error) from None
         finally:
-            sender.cancel()
+            for task in (sender, speaking):
+                task.cancel()
+            await asyncio.gather(sender, speaking, return_exceptions=True)
             await output.stop()

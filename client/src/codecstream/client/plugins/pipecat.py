@@ -1,6 +1,6 @@
 """codecstream as a Pipecat TTS service: codes over gRPC, decoded to PCM here, on the device.
 
-    pip install './client[pipecat,onnx]'
+    pip install './client[openvino,pipecat]'
 
     from codecstream.client.plugins.pipecat import CodecstreamTTSService
 
@@ -24,6 +24,13 @@ holds what was heard. An interruption cancels the stream on the server at once, 
 frames played so far (estimated from when the audio was handed to Pipecat: Pipecat plays it in
 real time). Settings changed with TTSUpdateSettingsFrame apply from the next turn.
 
+A turn whose server owes audio and sends none for `stall_timeout_s` (its first audio once it has
+text it can speak, or the next chunk once audio flows: plugins/stall.py) ends with one ErrorFrame
+carrying a TimeoutError (Pipecat's CONNECTIVITY) and its TTSStoppedFrame; a turn that cannot be
+spoken (refused, no decoder) is one ErrorFrame. Only words the listener heard reach the assistant's
+context: Pipecat's own report, at a turn's end, of the words no timestamp covered is left out. A
+decoder that could not be loaded (a server down when the bot started) is loaded again by the next turn.
+
 `text_transforms` (Pipecat's convention: `[(text_type or "*", async (text, text_type) -> text)]`,
 and `add_text_transformer`) change what is spoken, not what is reported: the service applies them
 itself, to whole words (Pipecat applies them to each token alone, so a word split over tokens was
@@ -46,8 +53,11 @@ from codecstream.client.errors import CodecStreamError
 from codecstream.client.languages import model_language
 from codecstream.client.plugins.speech import OPTION_NAMES, Speech, start_options
 from codecstream.client.plugins.spoken_text import SpokenText
+from codecstream.client.plugins.stall import SpeechStalled
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
+from codecstream.client.runtimes import DecoderLoadError, check_decoder_source
+from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.text_stream import AsyncTextStream
 from codecstream.protocol.decoding import FRAME_SECONDS, FrameDecoder
 from loguru import logger
@@ -68,6 +78,8 @@ from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.errors import ErrorCategory
 
+#: How long a server may owe audio without sending any before its turn ends (stall_timeout_s).
+STALL_TIMEOUT_S = 10.0
 #: How much longer than the server lets a stream wait for text a turn may go quiet before Pipecat
 #: gives up on it. Every turn is ended by its stream (TTSStoppedFrame); Pipecat's own 3 s default
 #: would end a turn whose LLM pauses or whose server runs slower than real time, and drop the rest.
@@ -102,6 +114,7 @@ def _service_parameters() -> set[str]:
 class _Turn:
     """One bot turn's speech, and the task that hands it to Pipecat."""
 
+    context_id: str
     speech: Speech[AsyncTextStream]
     reader: asyncio.Task | None = None
 
@@ -133,6 +146,7 @@ class CodecstreamTTSService(TTSService):
         tls: bool | str | pathlib.Path = False,
         backend: str = "auto",
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
+        stall_timeout_s: float | None = STALL_TIMEOUT_S,
         **kwargs,
     ) -> None:
         unknown = sorted(set(kwargs) - _service_parameters())
@@ -154,18 +168,26 @@ class CodecstreamTTSService(TTSService):
             **kwargs,
         )
         StreamResampler(sample_rate)  # a bad rate fails here, not at the first turn
+        if not (isinstance(decoder, str) and decoder == AUTO):
+            check_decoder_source(decoder, backend)  # a missing or wrong decoder fails here
         self._target = server
         self._client_options = {"token": token, "tls": tls}
         self._decoder_source = decoder
         self._backend = backend
+        self._stall_timeout_s = stall_timeout_s
         self._client: AsyncClient | None = None
-        self._decoder = None
+        self._decoder: LoadedDecoder | None = None
         self._decoder_loading: asyncio.Task | None = None
         self._turns: dict[str, _Turn] = {}
-        #: Turns whose stream could not be opened: their later text has nowhere to go, and their audio
-        #: context stays open (one TTSStartedFrame) until the reply ends, then stops unspoken.
+        #: Turns whose stream failed (refused, stalled, broken) while the reply was being written: its
+        #: later text has nowhere to go, and the audio context stays open (one TTSStartedFrame) until
+        #: the reply ends, then stops: ended at once, the reply's next text would open it again.
         self._refused: set[str] = set()
-        #: Why the decoder could not be loaded (every turn would fail the same way), once it is known.
+        #: Turns that said in an ErrorFrame of their own why they were not (all) spoken.
+        self._explained: set[str] = set()
+        #: The context whose end Pipecat is completing (_apply_force_complete).
+        self._completing: str | None = None
+        #: Why the last load of the decoder failed (the next turn loads again).
         self._decoder_error: CodecStreamError | None = None
         #: The type of the text run_tts is about to get (Pipecat's text_transforms are chosen by it).
         self._text_type = "*"
@@ -182,23 +204,46 @@ class CodecstreamTTSService(TTSService):
         speak is a ValueError (at construction, or the settings update that asks for it)."""
         return model_language(language.value)
 
+    def _service_language(self, language: Language | str) -> str:
+        # Pipecat passes a string its Language enum does not parse ("pt_BR", "xx-YY") to the service
+        # as it is; the model's table maps it or refuses it here, as it does every Language.
+        return model_language(language.value if isinstance(language, Language) else language)
+
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         self._client = AsyncClient(self._target, **self._client_options)
         # The decoder loads beside the pipeline's start (a download, a first compile: seconds with an
         # empty cache), not before it: only a turn needs it, and the first one waits for what is left.
-        self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
+        self._decoder_loading = self.create_task(self._load_at_start(), "codecstream-decoder-load")
+
+    async def _load_at_start(self) -> None:
+        await self._load_decoder()
+        if self._decoder_error is not None:
+            # Not an ErrorFrame: no turn failed. The next turn loads again and reports what it meets.
+            logger.warning(f"{self}: loading the decoder failed (the next turn tries again): {self._decoder_error}")
 
     async def _load_decoder(self) -> None:
-        """Load the decoder once (weights, runtime sessions, warmed); every turn decodes with its own
-        state. A failure is reported here, once, and refuses every turn."""
+        """Load the decoder (weights, runtime sessions, warmed); every turn decodes with its own state.
+        A failure is kept in `_decoder_error` (Pipecat's tasks swallow exceptions) for the turn that
+        waited for this load."""
         try:
             info = await self._client.codec_info()
             self._stop_frame_timeout_s = info.text_input_timeout_ms / 1000 + QUIET_MARGIN_S
             self._decoder = await self._client.open_decoder(self._decoder_source, backend=self._backend)
+            self._decoder_error = None
         except CodecStreamError as error:
             self._decoder_error = error
-            await self.push_error(error_msg=f"codecstream: {error}", exception=error)
+
+    async def _ready(self) -> LoadedDecoder:
+        """The decoder: the one loading since the start, or, after a load that failed (a server down
+        or restarting when the bot started), loaded again for this turn. Raises that load's error."""
+        if self._decoder is None:
+            if self._decoder_loading is None or self._decoder_loading.done():
+                self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
+            await asyncio.shield(self._decoder_loading)
+            if self._decoder is None:  # an error other than codecstream's is in Pipecat's log
+                raise self._decoder_error or DecoderLoadError("loading the decoder failed (see the log)")
+        return self._decoder
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)
@@ -254,13 +299,14 @@ class CodecstreamTTSService(TTSService):
         try:
             spoken = await turn.text.push(text, complete=complete)
         except Exception as error:
+            self._explained.add(turn.context_id)
             await self.push_error(
                 error_msg=f"codecstream: a text transform failed on {text!r}: {error}",
                 exception=error,
                 category=ErrorCategory.APPLICATION,
             )
             return
-        turn.stream.push_text(spoken)
+        turn.speech.push_text(spoken)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the turn's stream (opened on its first text); audio arrives through the
@@ -271,37 +317,34 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.get(context_id)
         try:
             if turn is None:
-                if self._decoder_loading is not None:
-                    await asyncio.shield(self._decoder_loading)  # the turn's TTFB counts the wait
-                if self._decoder_error is not None:
-                    raise self._decoder_error
-                turn = await self._open_turn(context_id)
+                turn = self._open_turn(context_id, await self._ready())
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
                 # Pipecat strips the space between its sentences: without it "there.The" would be
                 # one word to the tokenizer and to the word timings.
                 if turn.text.written and not turn.text.written[-1].isspace() and not text[:1].isspace():
                     text = " " + text
                 await self._speak(turn, text, complete=True)
-                turn.stream.flush()  # Pipecat cut the sentence already
+                turn.speech.flush()  # Pipecat cut the sentence already
             else:
                 await self._speak(turn, text, complete=False)
             await self.start_tts_usage_metrics(text)
-        except CodecStreamError as error:
-            # The context stays open for the rest of the reply: ended now, the reply's next text
-            # would open it again (Pipecat recreates the turn's context), and nothing would stop it.
+        except CodecStreamError as error:  # the decoder could not be loaded
             self._refused.add(context_id)
+            self._explained.add(context_id)
             yield ErrorFrame(error=f"codecstream: {error}")
             return
         yield None
 
-    async def _open_turn(self, context_id: str) -> _Turn:
-        await self.start_ttfb_metrics()
-        stream = self._client.stream_text(decoder=self._decoder, **self._request())
-        await stream.open()
+    def _open_turn(self, context_id: str, decoder: LoadedDecoder) -> _Turn:
+        """Start the turn's stream; it opens in the reader task, so that the text keeps coming to
+        run_tts meanwhile (queued until the server answers) and a server that never answers is bound
+        by the stall timeout. The turn's TTFB runs from its audio context's start (Pipecat's, at the
+        turn's first text), so that a wait for the decoder is in it."""
+        stream = self._client.stream_text(decoder=decoder, **self._request())
         text = SpokenText([self._apply_text_transforms] if self._text_transforms else [])
-        turn = _Turn(Speech(stream, self.sample_rate, text))
+        turn = _Turn(context_id, Speech(stream, self.sample_rate, text, stall_timeout_s=self._stall_timeout_s))
         self._turns[context_id] = turn
-        turn.reader = self.create_task(self._read(context_id, turn), f"codecstream-{context_id}")
+        turn.reader = self.create_task(self._read(turn), f"codecstream-{context_id}")
         return turn
 
     async def flush_audio(self, context_id: str | None = None) -> None:
@@ -312,27 +355,36 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.get(context_id)
         if turn is not None:
             await self._speak(turn, "", complete=True)
-            turn.stream.end_input()
+            turn.speech.end_input()
+
+    async def _apply_force_complete(self, context_id: str) -> None:
+        # At a context's end Pipecat reports the words no timestamp covered as spoken (for providers
+        # that drop timestamps). Every word heard here came with its audio: the rest (of a turn that
+        # stalled, was refused or lost text to a transform) was not heard and stays out of the context.
+        self._completing = context_id
+        try:
+            await super()._apply_force_complete(context_id)
+        finally:
+            self._completing = None
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM) -> None:
-        # Pipecat reports a context's text as spoken when the context ends (its words "dropped by the
-        # provider"); a refused turn spoke none of it, and none of it belongs in the assistant's context.
-        if isinstance(frame, (TTSTextFrame, AggregatedTextProgressFrame)) and frame.context_id in self._refused:
+        if isinstance(frame, (TTSTextFrame, AggregatedTextProgressFrame)) and frame.context_id == self._completing:
             return
         await super().push_frame(frame, direction)
 
     async def _record_context_audio_outcome(self, context_id: str, received_audio: bool) -> None:
         # Pipecat notes every context that ends without audio as an error of its own, to catch a
-        # provider that stays silent without saying why. A refused turn said why, in one ErrorFrame.
-        if context_id not in self._refused:
+        # provider that stays silent without saying why. This turn may have said why already.
+        if context_id not in self._explained:
             await super()._record_context_audio_outcome(context_id, received_audio)
 
     async def on_audio_context_completed(self, context_id: str) -> None:
         self._refused.discard(context_id)
+        self._explained.discard(context_id)
         await super().on_audio_context_completed(context_id)
 
-    async def _read(self, context_id: str, turn: _Turn) -> None:
-        playout = turn.speech.playout
+    async def _read(self, turn: _Turn) -> None:
+        context_id, playout = turn.context_id, turn.speech.playout
         try:
             async for handout in turn.speech:
                 if handout.first:
@@ -346,11 +398,21 @@ class CodecstreamTTSService(TTSService):
                         audio=handout.audio, sample_rate=self.sample_rate, num_channels=1, context_id=context_id
                     )
                     await self.append_to_audio_context(context_id, frame)
+        except SpeechStalled as error:  # a TimeoutError: Pipecat's CONNECTIVITY
+            await self._failed(turn, error_msg=f"codecstream: {error}", exception=error)
         except CodecStreamError as error:
-            await self.push_error(error_msg=f"codecstream: {error}")
+            await self._failed(turn, error_msg=f"codecstream: {error}")
         finally:
             self._turns.pop(context_id, None)
-            await self._end_context(context_id)
+            if context_id not in self._refused:
+                await self._end_context(context_id)
+
+    async def _failed(self, turn: _Turn, **error) -> None:
+        """The turn's stream failed: one ErrorFrame; the rest of a reply still being written goes nowhere."""
+        self._explained.add(turn.context_id)
+        if not turn.stream.text_complete:
+            self._refused.add(turn.context_id)
+        await self.push_error(**error)
 
     async def _end_context(self, context_id: str) -> None:
         """The turn is over: TTSStoppedFrame after its audio, and Pipecat plays the next turn at once."""
@@ -362,6 +424,7 @@ class CodecstreamTTSService(TTSService):
         """Barge-in: stop the server's stream now, reporting the frames played so far."""
         await self.stop_all_metrics()
         self._refused.discard(context_id)
+        self._explained.discard(context_id)
         await self._cancel_turn(context_id)
         await super().on_audio_context_interrupted(context_id)
 

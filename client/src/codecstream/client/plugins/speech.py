@@ -7,8 +7,9 @@ stream's decoded chunks into `Handout`s, in the order a framework must take them
 chunk's audio completes, then that audio as 16-bit PCM at the framework's rate. It notes when each
 chunk was handed over (a PlayoutClock), from which a barge-in's played frames and a word's playout
 time follow. Its words are those of the text as written: a `SpokenText` maps the words the stream timed
-back through the plugin's text transforms. A plugin keeps only its framework's glue: where the
-words and the audio go.
+back through the plugin's text transforms. The text to speak goes to the stream through it, so that
+a server that owes audio and stops sending any ends the iteration with SpeechStalled (stall.py). A
+plugin keeps only its framework's glue: where the words and the audio go.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from codecstream.client.languages import model_language
 from codecstream.client.playout import PlayoutClock
 from codecstream.client.plugins.spoken_text import SpokenText
+from codecstream.client.plugins.stall import OwedAudio, SpeechStalled
 from codecstream.client.requests import StartOptions
 from codecstream.client.resample import StreamResampler
 from codecstream.client.synthesis import AsyncAudioStream
@@ -77,7 +79,9 @@ StreamT = TypeVar("StreamT", bound=AsyncAudioStream)
 
 class Speech(Generic[StreamT]):
     """One stream's speech on its way to a framework's player, which plays what it is handed in
-    real time. Iterate it once, handing each Handout over as it comes."""
+    real time. Iterate it once, handing each Handout over as it comes; a streamed text's pieces go
+    through `push_text`, `flush` and `end_input`. `stall_timeout_s`: how long the server may owe
+    audio without sending any (stall.py); None: as long as it likes."""
 
     def __init__(
         self,
@@ -85,18 +89,47 @@ class Speech(Generic[StreamT]):
         sample_rate: int | None,
         text: SpokenText | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stall_timeout_s: float | None = None,
     ) -> None:
         self.stream = stream
         #: The stream's text as written and as spoken (the same without text transforms).
         self.text = text or SpokenText()
         #: When each chunk was handed over, by `clock`.
         self.playout = PlayoutClock()
+        #: What the server owes of this stream, and since when (in real time: it bounds real waits).
+        self.owed = OwedAudio(stall_timeout_s)
+        if stream.text_complete:  # a whole text
+            self.owed.text_sent(stream.text, ended=True)
         self._resampler = StreamResampler(sample_rate)
         self._clock = clock
 
+    def push_text(self, spoken: str) -> None:
+        """Send text to speak (a streamed text)."""
+        self.stream.push_text(spoken)
+        self.owed.text_sent(self.stream.text)
+
+    def flush(self) -> None:
+        """Speak what was sent now."""
+        self.stream.flush()
+        self.owed.text_sent(self.stream.text, flush=True)
+
+    def end_input(self) -> None:
+        """No more text: the stream ends once the rest is spoken."""
+        self.stream.end_input()
+        self.owed.text_sent(self.stream.text, ended=True)
+
     async def __aiter__(self) -> AsyncIterator[Handout]:
         first = True
-        async for chunk in self.stream:
+        while True:
+            try:
+                chunk = await self.owed.bound(anext(self.stream))
+            except StopAsyncIteration:
+                break
+            except SpeechStalled:
+                # Dropped, not cancelled: a server that owes audio and sends none would not confirm a cancel either.
+                self.stream.codes.abandon()
+                raise
+            self.owed.audio(chunk.text_end, chunk.ends_text_span)
             self.playout.handed(self._clock(), chunk.num_frames)
             yield Handout(self.text.written_words(self.stream.new_word_timings()), self._pcm16(chunk.samples), first)
             first = False

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import importlib
+import importlib.metadata
 import importlib.util
 import pathlib
 
@@ -194,10 +195,20 @@ def _extra(backend: str) -> str:
     return f"'codecstream-client[{BACKEND_DESCRIPTIONS[backend].extra}]'"
 
 
+#: The ONNX Runtime distribution that carries a GPU provider: PyPI's, and the Jetson wheels, which
+#: take its name. The plain `onnxruntime` wheel has none.
+_ONNX_RUNTIME_GPU = "onnxruntime-gpu"
+
+
 def _preference() -> tuple[str, ...]:
     """PREFERENCE, with ONNX Runtime first where it has a GPU provider (onnxruntime-gpu, the
-    Jetson builds): the OpenVINO backend decodes on the CPU only."""
+    Jetson builds): the OpenVINO backend decodes on the CPU only. A CPU-only ONNX Runtime (which
+    pipecat-ai requires) is not imported to ask: that took 0.25 s of a decoder's open here."""
     if not (installed("openvino") and installed("onnx")):
+        return PREFERENCE
+    try:
+        importlib.metadata.distribution(_ONNX_RUNTIME_GPU)
+    except importlib.metadata.PackageNotFoundError:
         return PREFERENCE
     from codecstream.client.runtimes.onnx_program import gpu_provider
 

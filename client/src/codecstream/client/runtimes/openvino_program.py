@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,11 +46,27 @@ _OPENVINO_TYPES = {"i64": "int64", "f32": "float32", "bf16": "bfloat16"}
 KEPT_COMPILED_ARTIFACTS = 2
 
 
+#: OpenVINO's model conversion API, which `import openvino` loads unless it is already loaded.
+_CONVERSION_API = "openvino.tools.ovc"
+
+
 def _import_openvino():
+    """OpenVINO's runtime, without its model conversion API: the client converts no model, and that
+    API's import sends a usage event to Google Analytics from a process it forks (openvino_telemetry)
+    while the client's gRPC threads run, which gRPC reports on stderr ("fork_posix.cc ... skipping
+    fork() handlers"); it also took 0.15-0.3 s of the import here. `openvino.convert_model` is then
+    not on the package (`from openvino.tools.ovc import convert_model` works as ever); a program that
+    imported OpenVINO itself first keeps the package as it imported it."""
+    block = "openvino" not in sys.modules and _CONVERSION_API not in sys.modules
+    if block:
+        sys.modules[_CONVERSION_API] = None  # its import fails, and openvino/__init__.py goes on without it
     try:
         import openvino
     except ImportError as error:
         raise missing_runtime("OpenVINO", "openvino", error) from None
+    finally:
+        if block and sys.modules.get(_CONVERSION_API, "") is None:
+            del sys.modules[_CONVERSION_API]
     return openvino
 
 
@@ -124,13 +141,14 @@ def _describe(port) -> TensorInfo:
 def compile_decoder(path: pathlib.Path, config: dict[str, Any]):
     """The artifact compiled as OpenVinoProgram compiles it, with the fused operations where they
     build, but never kept nor taken from the cache: for benchmarks that add settings (PERF_COUNT)."""
-    core, library = _core(_import_openvino())
+    core, library = _core(_import_openvino(), wait=True)
     return _compile(core, path, config, library, None)
 
 
-def _core(openvino):
-    """(an OpenVINO Core with codecstream's operations, the library they came from or None)."""
-    core, library = openvino.Core(), extension_library(openvino)
+def _core(openvino, *, wait: bool = False):
+    """(an OpenVINO Core with codecstream's operations, the library they came from or None). `wait`:
+    for a library not built yet (a decoder's load does not wait: it is built in the background)."""
+    core, library = openvino.Core(), extension_library(openvino, wait=wait)
     if library is None:
         return core, None
     try:
