@@ -14,7 +14,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
-from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
+from codecstream.testing.random_codes import random_codes
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 #: Instruction-set extensions that change which kernels the runtimes pick.
@@ -152,10 +152,6 @@ def write_record(record: dict, out: pathlib.Path, plot=None) -> None:
     out.write_text(json.dumps(record, indent=2) + "\n")
     if plot is not None:
         plot(record, out.with_suffix(".png"))
-
-
-def random_codes(frames: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, CODEBOOK_SIZE, size=(frames, NUM_CODEBOOKS), dtype=np.int16)
 
 
 def decode_call_seconds(decoder, chunk: int, calls: int, seed: int) -> list[float]:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 from codecstream.protocol.codes_file import CodesFile
-from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS
 from codecstream.server.app import CodecStreamServer, ServerOptions
 from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 from codecstream.server.source import Finished, FinishReason, Frames, Generation
+from codecstream.testing.random_codes import random_codes
 
 from tests.malicious_server import MaliciousServer
 from tests.tcp_proxy import CuttableProxy
@@ -63,11 +63,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ]
         if ungrouped:
             raise pytest.UsageError(f"pytest-xdist did not group {len(ungrouped)} tests, e.g. {ungrouped[0]}")
-
-
-def random_codes(frames: int, seed: int = 0) -> np.ndarray:
-    """`frames` frames of uniformly random codes, the same for the same seed."""
-    return np.random.default_rng(seed).integers(0, CODEBOOK_SIZE, size=(frames, NUM_CODEBOOKS), dtype=np.int16)
 
 
 def sample(server, name: str, **labels: str) -> float:

@@ -4,6 +4,7 @@ in the contract's units, the resume window as the Header states it."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -27,11 +28,47 @@ OUTSIDE = {
     "max_concurrent_downloads": 0,
     "resume_window_s": -1.0,
     "stalled_client_timeout_s": 0.0,
+    "max_reference_transcript_chars": -1,
+    "max_reference_audio_bytes": -1,
+    "min_reference_audio_s": -0.5,
+    "resume_retained_chunks": -1,
+    "first_message_timeout_s": -1.0,
+    "min_clause_chars": 0,
+    "max_segment_chars": 0,
+    "text_idle_s": 0.0,
+    "text_input_timeout_s": 0.0,
+    "max_text_input_s": -1.0,
+    "start_gate_tokens": 0,
+    "control_messages_per_s": 0.0,
+    "control_message_burst": 0,
+    "segment_base_frames": 0,
+    "segment_frames_per_char": 0.0,
 }
 
 
 def test_every_ranged_limit_has_a_value_outside_its_range_here():
     assert set(OUTSIDE) == set(LIMIT_RANGES)
+
+
+def test_every_number_a_server_holds_to_has_a_range():
+    """On main 16 of the 29 limits had none: first_message_timeout_s=-1 was accepted."""
+    numbers = {field.name for field in dataclasses.fields(ServerLimits) if field.name != "default_chunking"}
+    assert numbers == set(LIMIT_RANGES)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"min_reference_audio_s": 40.0},
+            r"^min_reference_audio_s must be at most max_reference_audio_s \(30\), got 40$",
+        ),
+        ({"min_clause_chars": 300}, r"^min_clause_chars must be at most max_segment_chars \(250\), got 300$"),
+    ],
+)
+def test_a_minimum_above_its_maximum_is_refused(settings, message):
+    with pytest.raises(OutOfRange, match=message):
+        ServerLimits(**settings)
 
 
 @pytest.mark.parametrize("name", sorted(OUTSIDE))

@@ -8,19 +8,24 @@ language the model does not speak is refused here, before any turn, naming the o
 
 from __future__ import annotations
 
-#: ISO 639-1 code -> the model's name (the release's talker_config.codec_language_id, dialects aside).
-MODEL_LANGUAGES: dict[str, str] = {
-    "zh": "Chinese",
-    "en": "English",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "de": "German",
-    "fr": "French",
-    "ru": "Russian",
-    "pt": "Portuguese",
-    "es": "Spanish",
-    "it": "Italian",
+from codecstream.protocol.release import LANGUAGE_IDS
+
+#: The ISO 639-1 code of each language the release speaks (its talker_config.codec_language_id).
+_ISO_CODES = {
+    "chinese": "zh",
+    "english": "en",
+    "german": "de",
+    "italian": "it",
+    "portuguese": "pt",
+    "spanish": "es",
+    "japanese": "ja",
+    "korean": "ko",
+    "french": "fr",
+    "russian": "ru",
 }
+#: ISO 639-1 code -> the model's name, for every language of the release (protocol/release.py),
+#: dialects aside; a language the release gains without a code here fails at import.
+MODEL_LANGUAGES: dict[str, str] = {_ISO_CODES[name]: name.capitalize() for name in LANGUAGE_IDS}
 _BY_NAME = {name.lower(): name for name in MODEL_LANGUAGES.values()}
 
 

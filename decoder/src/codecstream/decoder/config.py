@@ -10,6 +10,7 @@ from typing import Any
 
 from codecstream.decoder.errors import CheckpointError
 from codecstream.protocol.checkpoint_files import TOKENIZER_MODEL_TYPE as MODEL_TYPE
+from codecstream.protocol.codec_spec import QWEN3_TTS_12HZ_LEFT_CONTEXT
 from codecstream.protocol.decoding import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 
 
@@ -31,7 +32,8 @@ class DecoderConfig:
     max_position_embeddings: int = 8000
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    sliding_window: int = 72
+    #: The frames of left context each frame's attention sees: the codec spec's decoder_left_context_frames.
+    sliding_window: int = QWEN3_TTS_12HZ_LEFT_CONTEXT
     num_quantizers: int = NUM_CODEBOOKS
     num_semantic_quantizers: int = 1
     upsample_rates: tuple[int, ...] = (8, 5, 4, 3)

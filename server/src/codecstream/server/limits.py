@@ -39,23 +39,45 @@ def check_ranges(settings: object, ranges: Mapping[str, tuple[str, Callable[[Any
 LIMIT_RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "max_text_chars": (">= 1", lambda value: value >= 1),
     "max_instructions_chars": (">= 0", lambda value: value >= 0),
+    "max_reference_transcript_chars": (">= 0", lambda value: value >= 0),
+    "max_reference_audio_bytes": (">= 0", lambda value: value >= 0),
+    "min_reference_audio_s": (">= 0", lambda value: value >= 0),
     "max_reference_audio_s": (">= 0", lambda value: value >= 0),
     "max_frames": (">= 1", lambda value: value >= 1),
     "max_concurrent_streams": (">= 1", lambda value: value >= 1),
-    "streams_per_client_per_minute": (">= 0", lambda value: value >= 0),
     "max_streams_per_client": (">= 0", lambda value: value >= 0),
     "max_engine_requests_per_client": (">= 0", lambda value: value >= 0),
     "max_engine_wait_s": ("> 0", lambda value: value > 0),
+    "streams_per_client_per_minute": (">= 0", lambda value: value >= 0),
+    "resume_window_s": (">= 0", lambda value: value >= 0),
+    "resume_retained_chunks": (">= 0", lambda value: value >= 0),
     "max_downloads_per_client": (">= 0", lambda value: value >= 0),
     "max_concurrent_downloads": (">= 1", lambda value: value >= 1),
-    "resume_window_s": (">= 0", lambda value: value >= 0),
+    "first_message_timeout_s": ("> 0", lambda value: value > 0),
     "stalled_client_timeout_s": ("> 0", lambda value: value > 0),
+    "min_clause_chars": (">= 1", lambda value: value >= 1),
+    "max_segment_chars": (">= 1", lambda value: value >= 1),
+    "text_idle_s": ("> 0", lambda value: value > 0),
+    "text_input_timeout_s": ("> 0", lambda value: value > 0),
+    "max_text_input_s": ("> 0", lambda value: value > 0),
+    "start_gate_tokens": (">= 1", lambda value: value >= 1),
+    "control_messages_per_s": ("> 0", lambda value: value > 0),
+    "control_message_burst": (">= 1", lambda value: value >= 1),
+    "segment_base_frames": (">= 1", lambda value: value >= 1),
+    "segment_frames_per_char": ("> 0", lambda value: value > 0),
 }
+#: Limits that bound one another (the lower's field, the higher's): a minimum above its maximum
+#: would refuse everything between them.
+LIMIT_ORDER = (
+    ("min_reference_audio_s", "max_reference_audio_s"),
+    ("min_clause_chars", "max_segment_chars"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
-    """What one server accepts and holds; checked against LIMIT_RANGES when made (OutOfRange)."""
+    """What one server accepts and holds; checked against LIMIT_RANGES and LIMIT_ORDER when made
+    (OutOfRange)."""
 
     #: Longest Start.text, in characters.
     max_text_chars: int = 2_000
@@ -149,6 +171,9 @@ class ServerLimits:
 
     def __post_init__(self) -> None:
         check_ranges(self, LIMIT_RANGES)
+        for lower, higher in LIMIT_ORDER:
+            if getattr(self, lower) > getattr(self, higher):
+                raise OutOfRange(lower, f"at most {higher} ({getattr(self, higher):g})", getattr(self, lower))
 
     def segment_frame_cap(self, chars: int) -> int:
         return self.segment_base_frames + math.ceil(self.segment_frames_per_char * chars)

@@ -33,7 +33,7 @@ ENGINE_DEAD = "the talker engine stopped (its worker failed or was killed); the 
 #: vLLM's finish reasons, as the generation reports them.
 _FINISH_REASONS = {"stop": FinishReason.EOS, "length": FinishReason.LENGTH, "abort": FinishReason.ABORTED}
 #: The sampling settings a request may override (SamplingOverrides), by their vLLM names.
-_OVERRIDABLE_SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty")
+OVERRIDABLE_SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty")
 
 
 class TalkerRequests:
@@ -159,7 +159,7 @@ class TalkerRequests:
         params.max_tokens = max_frames + 1
         params.min_tokens = min(params.min_tokens, params.max_tokens)
         params.output_kind = RequestOutputKind.DELTA
-        for name in _OVERRIDABLE_SAMPLING:
+        for name in OVERRIDABLE_SAMPLING:
             value = getattr(request.sampling, name)
             if value is not None:
                 setattr(params, name, value)
