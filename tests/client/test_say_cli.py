@@ -95,6 +95,7 @@ def test_unreachable_server_is_one_line_and_exit_1(checkpoint, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().startswith("codecstream say: error: UNAVAILABLE")
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "x.wav").exists()  # on main a 44-byte WAV header was left behind
 
 
 def test_missing_decoder_is_one_line_and_exit_1(replay_server, tmp_path):
@@ -128,3 +129,22 @@ def test_say_without_a_decoder_asks_the_server_and_says_in_one_line_what_to_do_w
     lines = result.stderr.strip().splitlines()
     assert "offers no decoder artifact for its codes: pass decoder=PATH" in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fps", "late"), [(0.0, False), (4.0, True)], ids=["as fast as it can", "slower than real time"]
+)
+def test_say_counts_the_underruns_a_real_time_player_would_meet_without_playing(
+    replay_server_factory, checkpoint, tmp_path, fps, late
+):
+    """On main `say --out` printed "underruns 0" whatever came: it counted only while playing."""
+    server = replay_server_factory(codes=random_codes(24), fps=fps, decoder_digest=decoder_digest(checkpoint))
+    result = say(
+        "Hello.", "--server", server.target, "--decoder", str(checkpoint), "--backend", "torch",
+        "--out", str(tmp_path / "hi.wav"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    underruns = int(result.stderr.split("underruns ")[1].split()[0])
+    # 4 frames a second is a third of real time: each chunk after the first comes after the audio
+    # before it has played out.
+    assert underruns >= 3 if late else underruns == 0

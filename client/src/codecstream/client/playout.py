@@ -15,10 +15,14 @@ import bisect
 
 from codecstream.protocol.decoding import FRAME_SECONDS
 
+#: Hand-over times this close to the end of the audio before count as on time (float rounding).
+_SAME_INSTANT_S = 1e-6
+
 
 class PlayoutClock:
     """Feed `handed(now, frames)` for every chunk given to the player, in order; times are seconds
-    on any monotonic clock, the same for every call."""
+    on any monotonic clock, the same for every call. `underruns`: the chunks that came after the
+    audio before them had played out (the player ran dry, and was silent, before each)."""
 
     def __init__(self) -> None:
         self._audio_starts: list[float] = []  # audio time at which each handed chunk starts
@@ -27,11 +31,14 @@ class PlayoutClock:
         self._audio_s = 0.0
         self._first: float | None = None
         self._playout_end = 0.0
+        self.underruns = 0
 
     def handed(self, now: float, frames: int) -> None:
         """A chunk of `frames` frames was given to the player at `now`."""
         if self._first is None:
             self._first = self._playout_end = now
+        elif now > self._playout_end + _SAME_INSTANT_S:
+            self.underruns += 1
         start = max(now, self._playout_end)
         self._audio_starts.append(self._audio_s)
         self._delays.append(start - self._first - self._audio_s)

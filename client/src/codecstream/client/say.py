@@ -15,6 +15,7 @@ from codecstream.client.command_error import CommandError
 from codecstream.client.commands import add_connection_arguments, add_request_arguments, connect, request_options
 from codecstream.client.decoder_download import AUTO
 from codecstream.client.jitter_buffer import JitterBuffer
+from codecstream.client.playout import PlayoutClock
 from codecstream.client.runtimes import BACKENDS
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import FRAME_SECONDS
@@ -53,7 +54,38 @@ def run_say(args: argparse.Namespace) -> int:
                 raise CommandError(str(error)) from None
             print(f"codecstream say: {error}; writing {args.out} only", file=sys.stderr)
     line = LiveLine()
+    # Underruns as a player would meet them, playing each chunk in real time from the first once it
+    # is decoded, whether or not this run plays: a WAV-only run measures the stream as well.
+    playout = PlayoutClock()
     wav = WavWriter(args.out) if args.out else None
+    try:
+        stream = _speak(args, options, buffer, speaker, line, playout, wav)
+    except BaseException as error:
+        # A failed run leaves no file behind (not a WAV header without audio); an interrupted one
+        # keeps what was heard.
+        if wav:
+            wav.close()
+            if not isinstance(error, KeyboardInterrupt) or not wav.samples_written:
+                args.out.unlink(missing_ok=True)
+        raise
+    finally:
+        if speaker:
+            speaker.close()
+    if wav:
+        wav.close()
+    stats = stream.stats
+    first = f"{stats.time_to_first_audio_s * 1000:.0f} ms" if stats.time_to_first_audio_s is not None else "none"
+    line.finish(
+        f"{stats.audio_s:.2f} s of audio ({_reason(stream.end)}), first audio {first}, "
+        f"decode RTF {stats.decode_rtf:.2f}, "
+        f"{stats.wire_bytes_per_audio_second:.0f} B/s on the wire, underruns {playout.underruns}"
+        + (f" -> {args.out}" if args.out else "")
+    )
+    return 0
+
+
+def _speak(args, options: dict, buffer: JitterBuffer, speaker, line: LiveLine, playout: PlayoutClock, wav):
+    """Stream the text, decode it here, and hand the audio to the speaker and the WAV; the stream."""
     with connect(args) as client:
         if args.text == "-":
             stream = client.stream_text(decoder=args.decoder, backend=args.backend, **options)
@@ -62,6 +94,7 @@ def run_say(args: argparse.Namespace) -> int:
             stream = client.synthesize(args.text, decoder=args.decoder, backend=args.backend, **options)
         try:
             for chunk in stream:
+                playout.handed(chunk.decoded_s, chunk.num_frames)
                 if wav:
                     wav.write(chunk.samples)
                 if speaker:
@@ -80,20 +113,7 @@ def run_say(args: argparse.Namespace) -> int:
             stream.cancel(played_frames=played)
             line.finish(f"cancelled after {stream.stats.audio_s:.1f} s of audio (server: {_reason(stream.end)})")
             raise
-        finally:
-            if speaker:
-                speaker.close()
-            if wav:
-                wav.close()
-    stats = stream.stats
-    first = f"{stats.time_to_first_audio_s * 1000:.0f} ms" if stats.time_to_first_audio_s is not None else "none"
-    line.finish(
-        f"{stats.audio_s:.2f} s of audio ({_reason(stream.end)}), first audio {first}, "
-        f"decode RTF {stats.decode_rtf:.2f}, "
-        f"{stats.wire_bytes_per_audio_second:.0f} B/s on the wire, underruns {buffer.stats.underruns}"
-        + (f" -> {args.out}" if args.out else "")
-    )
-    return 0
+    return stream
 
 
 def _feed_stdin(stream) -> None:
