@@ -14,7 +14,8 @@ def import_openvino():
     """OpenVINO's runtime, without its model conversion API: the client converts no model, and that
     API's import sends a usage event to Google Analytics from a process it forks (openvino_telemetry)
     while the client's gRPC threads run, which gRPC reports on stderr ("fork_posix.cc ... skipping
-    fork() handlers"); it also took 0.15-0.3 s of the import here. `openvino.convert_model` is then
+    fork() handlers"); it also lengthens the import (docs/performance.md, "Measurements behind the
+    code"). `openvino.convert_model` is then
     not on the package (`from openvino.tools.ovc import convert_model` works as ever); a program that
     imported OpenVINO itself first keeps the package as it imported it."""
     block = "openvino" not in sys.modules and _CONVERSION_API not in sys.modules

@@ -6,7 +6,7 @@ kernels and fusions; which of the two runtimes decodes faster is measured, not a
 into fewer, larger operations (openvino_fusion): each SnakeBeta becomes codecstream's fused
 operation where it can be built (openvino_extension), parallel matrix products one.
 
-Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
+Compiling the real-size decoder is most of a process's time to a ready decoder, so
 the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/
 program-<key>.blob, about the artifact's size on disk) and the next process imports it instead.
 The folder is the artifact's sha256, which the loader checks against the manifest; the key is
@@ -47,7 +47,7 @@ KEPT_COMPILED_ARTIFACTS = 2
 
 
 class OpenVinoProgram(NumpyTensors):
-    # Each new chunk size compiles its kernels on its first call (15-55 ms more at real size), so
+    # Each new chunk size compiles its kernels on its first call (docs/performance.md), so
     # the default ramp's sizes are warmed at load, as for the torch runtimes; the last chunk of an
     # utterance may still be a size of its own and pay it once.
 
@@ -148,8 +148,8 @@ def _import(openvino, core, blob: pathlib.Path | None, config: dict[str, Any]):
     if blob is None or not blob.is_file():
         return None, None
     try:
-        # Mapped rather than read: the program's weights stay in the file's pages (0.3 s to a
-        # ready program at real size, against 0.7 s for the file read into memory first).
+        # Mapped rather than read: the program's weights stay in the file's pages, and the program
+        # is ready in about half the time (docs/performance.md, "Decoder runtimes on the CPU").
         mapped = np.memmap(blob, dtype=np.uint8, mode="c")
         return core.import_model(openvino.Tensor(mapped, shared_memory=True), "CPU", config), mapped
     except (OSError, ValueError, RuntimeError) as error:
