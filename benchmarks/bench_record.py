@@ -1,5 +1,6 @@
-"""What every benchmark record says about where and how it was taken: the machine, the versions,
-the command, and percentiles in one shape. Figures are comparable only within one record."""
+"""What every benchmark record says about where and how it was taken: the script, the command, the
+commit, the machine and the versions (`write_record` stamps them on every record), and percentiles in
+one shape. Figures are comparable only within one record."""
 
 from __future__ import annotations
 
@@ -146,8 +147,48 @@ def percentiles(values) -> dict:
     return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
 
 
+#: Versions every record carries, beside those its benchmark names: codecstream's own distributions
+#: and what every role runs on.
+BASE_PACKAGES = (
+    "codecstream-protocol",
+    "codecstream-client",
+    "codecstream-server",
+    "codecstream-decoder",
+    "codecstream-export",
+    "numpy",
+    "grpcio",
+    "protobuf",
+)
+
+
+def script() -> str:
+    """The benchmark script this process runs, as the repository names it ("benchmarks/soak_bench.py")."""
+    path = pathlib.Path(sys.argv[0]).resolve()
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return str(path.relative_to(root)) if path.is_relative_to(root) else f"benchmarks/{path.name}"
+
+
+def stamp(record: dict) -> dict:
+    """`record` with where it came from: the script, the exact command, the commit, the machine and the
+    versions. What the record already says is kept (a benchmark takes `machine()` before its run, when
+    the load average is the machine's own); what it lacks is added now."""
+    where = record.get("machine") if isinstance(record.get("machine"), dict) else machine()
+    stamped = {
+        "script": script(),
+        "command": where.get("command") or " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+        "commit": where.get("commit") or commit(),
+        **record,
+    }
+    stamped["machine"] = {**where, "commit": stamped["commit"], "command": stamped["command"]}
+    own = record.get("versions", {})
+    stamped["versions"] = {"python": platform.python_version(), **versions(*BASE_PACKAGES), **own}
+    return stamped
+
+
 def write_record(record: dict, out: pathlib.Path, plot=None) -> None:
-    """The JSON record at `out` and, given a `plot(record, path)`, its plot beside it (same name, .png)."""
+    """The JSON record at `out`, stamped (`stamp`), and, given a `plot(record, path)`, its plot beside it
+    (same name, .png)."""
+    record = stamp(record)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     if plot is not None:

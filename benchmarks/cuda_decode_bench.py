@@ -37,7 +37,7 @@ import threading
 import time
 
 import numpy as np
-from bench_record import decode_call_seconds, random_codes
+from bench_record import decode_call_seconds, random_codes, write_record
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import FRAME_SECONDS
 from codecstream.protocol.pcm import snr_db
@@ -293,7 +293,7 @@ def main() -> None:
         "state_copy": state_copy,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_record(results, args.out)
     print(json.dumps(results, indent=2))
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import artifact_bench  # the backend axis's worker, beside this script
 import numpy as np
-from bench_record import machine, peak_rss_mb, random_codes, versions
+from bench_record import machine, peak_rss_mb, random_codes, versions, write_record
 from codecstream.protocol.decoding import FRAME_SECONDS, SAMPLES_PER_FRAME
 from codecstream.protocol.pcm import snr_db
 
@@ -314,7 +314,7 @@ def drive(args) -> None:
     def save() -> None:
         # After every step, so that a run cut short still leaves what it measured.
         results["wall_seconds"] = round(time.time() - started, 1)
-        out.write_text(json.dumps(results, indent=2) + "\n")
+        write_record(results, out)
         write_plots(results, out)
 
     def bases(init: str) -> list[str]:
@@ -401,7 +401,7 @@ def remeasure(args) -> None:
         " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
         + f"  # {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average {list(os.getloadavg())}"
     )
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_record(results, out)
     write_plots(results, out)
     log(f"updated {out}")
 

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import dataclasses
 import io
-import json
 import os
 import pathlib
 import tempfile
@@ -647,7 +646,7 @@ def main() -> int:
         "every_request_got_its_expected_outcome": not any(v["wrong_outcomes"] for v in variants),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_record(report, args.out)
     plot(report, args.out.with_suffix(".png"))
     for variant, result in report["variants"].items():
         rise, health = result["cadence_p99_rise_ms"], result["health_max_ms"]

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from bench_record import machine
+from bench_record import machine, write_record
 
 #: What each process imports before its first useful work (talker_source._create_engine; the engine's
 #: spawned stage process and the talker model it loads).
@@ -80,7 +80,7 @@ def main() -> None:
     cuda = subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, text=True)
     record["first_cuda_tensor_s"] = float(cuda.stdout.strip()) if cuda.returncode == 0 else None
     print("first CUDA tensor (s):", record["first_cuda_tensor_s"])
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(record, args.out)
 
 
 if __name__ == "__main__":

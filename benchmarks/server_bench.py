@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import pathlib
 import signal
@@ -28,7 +27,7 @@ import tempfile
 import time
 
 import numpy as np
-from bench_record import RESULTS, machine, percentiles, random_codes
+from bench_record import RESULTS, machine, percentiles, random_codes, write_record
 from bench_servers import ServerProcess
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
@@ -374,11 +373,11 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.part == "engine":
         out = args.out or RESULTS / f"server_engine_{args.preset}.json"
-        out.write_text(json.dumps(bench_engine(args), indent=1) + "\n")
+        write_record(bench_engine(args), out)
         print(f"wrote {out}")
         return 0
     report = bench_balancer(args) if args.part == "balancer" else bench_grpc(args)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_record(report, args.out)
     (plot_balancer if args.part == "balancer" else plot_grpc)(report, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

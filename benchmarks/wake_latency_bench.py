@@ -17,7 +17,6 @@ Writes benchmarks/results/wake_latency.json.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import queue
 import resource
@@ -26,7 +25,7 @@ import struct
 import time
 
 import grpc
-from bench_record import RESULTS, machine
+from bench_record import RESULTS, machine, write_record
 from codecstream.client import AsyncClient
 from codecstream.protocol.decoding import FRAME_SECONDS, FRAMES_PER_SECOND
 from codecstream.v1 import synthesis_pb2 as pb
@@ -156,7 +155,7 @@ def main() -> None:
         ],
     }
     out = RESULTS / "wake_latency.json"
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_record(report, out)
     print(f"wrote {out}")
 
 

@@ -211,13 +211,13 @@ CLIENT_LOADING_OPENVINO = textwrap.dedent(
     forks = []
     os.register_at_fork(before=lambda: forks.append(1))
     from codecstream.client import AsyncClient
-    from codecstream.client.runtimes.openvino_program import _import_openvino
+    from codecstream.client.runtimes.openvino_import import import_openvino
 
     async def main():
         async with AsyncClient(sys.argv[1]) as client:
             stream = client.stream_codes("Hello there.", voice="ryan")
             await stream.open()
-            _import_openvino()
+            import_openvino()
             async for _ in stream:
                 await asyncio.sleep(0.05)  # 20 frames at 100 frames/s, a second in all
         print(len(forks), "openvino_telemetry" in sys.modules)

@@ -176,7 +176,7 @@ def test_a_program_runs_its_trial_once_and_again_once_its_file_changes(runtime, 
     real_popen = pte_trial.subprocess.Popen
 
     def counting_popen(command, *args, **kwargs):
-        if "codecstream.client.runtimes.pte_trial" in command:
+        if "codecstream.client.runtimes.pte_trial_child" in command:
             started.append(command)
         return real_popen(command, *args, **kwargs)
 

@@ -7,13 +7,12 @@ child process running the runtime the client will run it with; only a file the c
 and opened by the client. The verdict is kept beside the file (one stamp per runtime), so each file
 is tried once, and a cache filled before this check existed is tried at its next use.
 
-    python -m codecstream.client.artifact_trial DIRECTORY RUNTIME     # exit 0: it opened and decoded
+    python -m codecstream.client.artifact_trial_child DIRECTORY RUNTIME     # exit 0: it opened and decoded
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import signal
 import subprocess
@@ -41,7 +40,7 @@ async def try_open(directory: pathlib.Path, runtime: str, timeout_s: float) -> N
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        __name__,
+        "codecstream.client.artifact_trial_child",
         str(directory),
         runtime,
         stdin=subprocess.DEVNULL,
@@ -71,22 +70,3 @@ def _reason(returncode: int, stderr: bytes) -> str:
     reasons = [line[len(REASON_PREFIX) :] for line in lines if line.startswith(REASON_PREFIX)]
     reason = reasons[-1] if reasons else f"the child process that opened it exited with status {returncode}"
     return reason if len(reason) <= _MAX_REASON_CHARS else reason[: _MAX_REASON_CHARS - 3] + "..."
-
-
-def main(argv: list[str]) -> int:
-    from codecstream.client.runtimes import open_decoder
-    from codecstream.client.runtimes.pte_trial import CHILD_VARIABLE
-
-    directory, runtime = argv
-    # This process is the trial: a .pte opened here runs no trial of its own (runtimes/pte_trial.py).
-    os.environ[CHILD_VARIABLE] = "1"
-    try:
-        open_decoder(directory, backend=runtime)
-    except Exception as error:  # whatever the runtime raises, the artifact cannot be used
-        print(f"{REASON_PREFIX}{' '.join(str(error).split()) or type(error).__name__}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -6,9 +6,9 @@ Wi-Fi handover) fails the call within about twice `keepalive_s` and a resumable 
 codecstream-server accepts pings every 5 s or more (docs/server.md).
 
 A server that cannot be reached is tried again at least every MAX_RECONNECT_BACKOFF_S. gRPC's own
-backoff grows to two minutes, and until its next attempt every call fails at once: after 20 s of
-a server being down, a client here reached it again only 6.5 s after it was back up, and a voice
-agent would not speak for as long.
+backoff grows to two minutes, and until its next attempt every call fails at once: a client here
+reached a server that had been down for a while only seconds after it was back up (measured:
+docs/performance.md, "Measurements behind the code"), and a voice agent would not speak for as long.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ NETWORK_FORMATS = ("onnx", "pte")
 #: fp32 decoder is under a quarter of it; a manifest listing more is refused before any byte.
 MAX_ARTIFACT_BYTES = 2 << 30
 #: The most decoder="auto" may take by default, listing, download and check together
-#: (AsyncClient's decoder_timeout_s): the real-size fp32 decoder (457 MB) at 1 MB/s, and its check.
+#: (AsyncClient's decoder_timeout_s): the real-size fp32 decoder over a slow link (a megabyte a second), and its check.
 DEFAULT_DECODER_TIMEOUT_S = 600.0
 #: The longest manifest the client parses: an exported one is a few kB.
 MAX_MANIFEST_CHARS = 1 << 20

@@ -16,10 +16,9 @@ from torch.nn import functional as F
 StateShape = tuple[str, tuple[int, ...]]
 
 
-# Measured here (2-core AVX-512 Xeon, fp32, 2 threads): oneDNN's conv1d is slow for wide layers
-# (1024->1536 k7 over 100 samples: 46 ms; as one im2col GEMM: 12 ms), while for narrow layers over
-# long signals it beats the GEMM (384 ch over 4000 samples: 33 ms against 74). So convs from this
-# width up run as a GEMM of the weight, as stored, against the k shifted copies of the input.
+# oneDNN's conv1d is slow for wide layers and beats one im2col GEMM for narrow layers over long
+# signals (docs/performance.md, "Measurements behind the code"). So convs from this width up run as
+# a GEMM of the weight, as stored, against the k shifted copies of the input.
 GEMM_MIN_CHANNELS = 512
 
 
@@ -86,14 +85,12 @@ class CausalTransposedConv1d(nn.Module):
 
     Wide inputs are one GEMM of the input against the weight as stored, (L, Cin) @ (Cin, Cout * k),
     followed by an overlap-add of the n+1 blocks of s taps: ConvTranspose1d takes a slow path on
-    this CPU (120 ms for 1536->768 k16 over 17 samples), and the GEMM the other way round, with
-    the weight transposed, streams it 3.7x slower (14 ms against 3.8 over 9 samples). Narrow
+    the CPU, and the GEMM the other way round, with the weight transposed, streams it slower. Narrow
     inputs over long signals are a sub-pixel convolution instead: an ordinary causal conv with
-    n+1 taps and Cout * s output channels, one per output phase, then an interleave of the phases.
-    Exported to ONNX Runtime (2-core EPYC Zen 4, 2 threads) it took 8.8 ms against 20.7 for the
-    overlap-add at 192->96 s3 over 5120 inputs and 9.8 against 20.8 at 384->192 s4 over 1280, whose
-    strided slices and permute of the (L, Cout, k) blocks cost more than the GEMM; at 768->384 s5
-    over 256 inputs the overlap-add stayed ahead (11.3 ms against 15.5).
+    n+1 taps and Cout * s output channels, one per output phase, then an interleave of the phases,
+    which exported beats the overlap-add, whose strided slices and permute of the (L, Cout, k)
+    blocks cost more than the GEMM; over the fewest inputs the overlap-add stays ahead. The
+    measurements: docs/performance.md, "Measurements behind the code".
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
@@ -109,7 +106,7 @@ class CausalTransposedConv1d(nn.Module):
             # holds them as constants: ONNX Runtime's int8 quantizer needs a Conv's weight to be one,
             # and ExecuTorch's XNNPACK delegate takes a conv only with a constant weight and bias
             # (with the bias repeated per call, the six sub-pixel convs ran on ExecuTorch's portable
-            # kernel: a real-size 2-frame chunk took 1.4 s instead of tens of ms).
+            # kernel, far slower than real time: docs/performance.md, "Measurements behind the code").
             self.register_buffer("phase_weight", torch.empty(0), persistent=False)
             self.register_buffer("phase_bias", torch.empty(0), persistent=False)
             self.refresh()

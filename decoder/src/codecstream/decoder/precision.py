@@ -1,13 +1,13 @@
 """Mixed precision: bf16 weights and matrix products where they are cheap, fp32 where error grows.
 
 Plain bf16 (`model.to(torch.bfloat16)`) rounds every activation, residual sum and state tensor
-to 8 significant bits: 39 dB against the fp32 decode at real size. `mixed_precision` puts only
+to 8 significant bits, and parity falls far (docs/performance.md, "Precision"). `mixed_precision` puts only
 the weights and matrix products of chosen layers in bf16 (inputs rounded, products accumulated
 in fp32 by oneDNN or cuBLAS, outputs back to fp32); activations, SnakeBeta, norms, residual
-sums, the KV caches and the conv histories stay fp32. That alone gives 41 dB: most of the error
+sums, the KV caches and the conv histories stay fp32. That alone gains little: most of the error
 enters in the 8 and 24 kHz conv blocks and the output conv, whose rounding reaches the waveform
-through few layers, so those stay fp32 by default (61 dB; benchmarks/precision_bench.py measures
-each choice). The bf16 part is the front and the 400 Hz and 2 kHz blocks: ~95% of the weight
+through few layers, so those stay fp32 by default (benchmarks/precision_bench.py measures each
+choice). The bf16 part is the front and the 400 Hz and 2 kHz blocks: ~95% of the weight
 bytes a call reads (what bounds small chunks) and about half the multiply-adds.
 """
 

@@ -53,10 +53,10 @@ REQUIREMENTS = {
 DEFAULT_MAX_CHUNK_FRAMES = 25
 STAGES = 5
 CHECK_FRAMES = 48
-#: The export check's SNR below which an artifact is refused, by dtype. Every fp32 artifact measured
-#: 108-126 dB (tiny and real size) where a wrong one measured 29 dB (an XNNPACK .pte, real size, on an
-#: Intel Xeon with AMX); reduced precision measured 18.6 dB (bf16, tiny) to 67.8 dB (int8 .pte, real
-#: size), so its floor only catches a broken artifact.
+#: The export check's SNR below which an artifact is refused, by dtype. The floor for fp32 sits far
+#: below every right fp32 artifact and far above a wrong one; reduced precision's right artifacts
+#: span a wide range, so its floor only catches a broken artifact (docs/performance.md,
+#: "Measurements behind the code").
 CHECK_FLOOR_DB = {"fp32": 80.0, "bf16": 15.0, "bf16-mixed": 15.0, "int8": 15.0}
 
 

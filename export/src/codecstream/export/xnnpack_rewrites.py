@@ -36,8 +36,8 @@ def delegable(module: nn.Module, *, convs_as_2d: bool = False) -> nn.Module:
 
     `convs_as_2d`: every dense convolution (not the depthwise ones) captured as a 2-D convolution
     over a signal of height 1, for int8: ExecuTorch 1.4's XNNPACK quantizer annotates 2-D
-    convolutions only, so a 1-D one stays fp32 (the int8 .pte then ran at 0.90-0.94x the fp32 one's
-    time). Measured, not exported (benchmarks/pte_int8_tradeoff.py): the unsqueeze and squeeze
+    convolutions only, so a 1-D one stays fp32 (and the int8 .pte runs at about the fp32 one's time:
+    docs/performance.md). Measured, not exported (benchmarks/pte_int8_tradeoff.py): the unsqueeze and squeeze
     around each such convolution stay outside XNNPACK, between partitions.
     """
     module = copy.deepcopy(module)

@@ -55,8 +55,8 @@ FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 #: Element types a graph's tensors have (int64 codes and positions, float PCM and state).
 TENSOR_DTYPES = ("int64", "int32", "float32", "bfloat16", "float16")
 #: The most bytes a stateful graph's state may take. The real-size decoder's (KV caches of 72
-#: frames, conv histories, transposed-conv tails) is about 5 MB; a manifest listing more than this
-#: describes no decoder of this codec, and a client would allocate it for every stream.
+#: frames, conv histories, transposed-conv tails) is a small fraction of this; a manifest listing
+#: more describes no decoder of this codec, and a client would allocate it for every stream.
 MAX_STATE_BYTES = 64 << 20
 #: The largest fixed dimension a graph tensor may list (the widest real one is 1,536 channels).
 MAX_FIXED_DIMENSION = 1 << 16

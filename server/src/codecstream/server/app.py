@@ -65,7 +65,7 @@ class Keepalive:
             ("grpc.keepalive_time_ms", int(self.time_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(self.timeout_s * 1000)),
             # The keepalive ping is acked under the general ping timeout (60 s by default), not
-            # keepalive_timeout_ms alone (measured with grpcio 1.8x): set both.
+            # keepalive_timeout_ms alone (as grpcio behaves, observed here): set both.
             ("grpc.http2.ping_timeout_ms", int(self.timeout_s * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
@@ -147,8 +147,8 @@ class CodecStreamServer:
         if not self.service.takes_reference_audio:
             # Its largest request is ~80 KB: HTTP/2's default receive window (64 KiB) needs no
             # growing (BDP probing), and without it a client can push only about a window of an
-            # oversize message before the refusal stops it (tests/server/test_exhaustion.py; 8 MB
-            # refused cost 3.7 ms of server CPU instead of 12.7 in an investigation here).
+            # oversize message before the refusal stops it (tests/server/test_exhaustion.py; what a
+            # refusal costs either way: docs/performance.md, "Measurements behind the code").
             channel_options.append(("grpc.http2.bdp_probe", 0))
         server = grpc.aio.server(interceptors=interceptors, options=channel_options)
         self.health = health.aio.HealthServicer()
@@ -253,7 +253,8 @@ class CodecStreamServer:
     async def _on_source_state(self, state: SourceState, reason: str) -> None:
         if state is SourceState.SERVING:
             # What the engine loaded stays for the life of the process: ~900k objects with vLLM,
-            # which a full collection scans in ~0.56 s, stalling every stream and health check.
+            # which a full collection scans long enough to stall every stream and health check
+            # (docs/performance.md, "Measurements behind the code").
             # Frozen, they are never scanned again; newer objects are collected as usual.
             gc.freeze()
             # freeze() leaves the collector's count of old objects at the engine's ~900k, and a

@@ -1,9 +1,9 @@
 """Giving freed heap back to the system after bursts of large, short-lived buffers.
 
 A decoder download moves 1 MiB parts through threads (read, serialize) and gRPC's buffers; glibc
-keeps what they freed in its arenas, where a flood of downloads left the server's resident memory
-87 MB above where it started (500 abandoned downloads). `malloc_trim` returns the free pages of
-every arena. Elsewhere than glibc it is a no-op.
+keeps what they freed in its arenas, where a flood of abandoned downloads left the server's
+resident memory far above where it started (docs/performance.md, "Measurements behind the code").
+`malloc_trim` returns the free pages of every arena. Elsewhere than glibc it is a no-op.
 """
 
 from __future__ import annotations

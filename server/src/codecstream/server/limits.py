@@ -86,8 +86,8 @@ class ServerLimits:
     #: Longest reference transcript, in characters (60 s of fast speech is about 1000).
     max_reference_transcript_chars: int = 1_000
     #: Largest reference audio file: 30 s of 48 kHz stereo 16-bit WAV is 5.8 MB. The whole
-    #: message is parsed on the event loop (about 2 ms per MB measured here), so this bounds
-    #: what one request can hold up every other stream.
+    #: message is parsed on the event loop, at a cost per MB (docs/performance.md, "Measurements
+    #: behind the code"), so this bounds what one request can hold up every other stream.
     max_reference_audio_bytes: int = 8 * 1024 * 1024
     #: Shortest and longest reference audio, in seconds: vLLM-Omni's own Qwen3-TTS speech API
     #: accepts 1 to 30 s. Below about 1300 samples at 24 kHz (measured: 1024 fails, 1500 works)
@@ -123,7 +123,8 @@ class ServerLimits:
     resume_retained_chunks: int = 512
     #: Decoder downloads one client (checked token, or peer address) may hold at once; 0: unlimited.
     #: A client needs one file once per cache folder; each held download holds up to a part in gRPC's
-    #: buffers, so unbounded downloads from one client were a memory flood (2.4 GB for 500).
+    #: buffers, so unbounded downloads from one client were a memory flood (docs/performance.md,
+    #: "Measurements behind the code").
     max_downloads_per_client: int = 2
     #: Decoder downloads sent at once; more wait for a slot. Each sends as fast as its client reads,
     #: so a few fill any link, and the rest would only take event-loop time from streams.
@@ -157,10 +158,11 @@ class ServerLimits:
     #: Messages a client (checked token, or peer address) may send after its calls' first (TextInput,
     #: Ack, Cancel), over all its calls: per second on average, after a burst. A call beyond it
     #: ends (End(ERROR), INVALID_ARGUMENT). gRPC takes in a call's messages whether or not the
-    #: server reads them (190,000 empty flushes in 10 s measured, 0.7 s of server CPU a second),
-    #: so slowing the reads would bound nothing, and a per-call budget is spent again by each new
-    #: call. An honest client stays far below: a whole text is at most max_text_chars messages, a
-    #: flush after each doubles it, and acks follow chunks (at most one per 80 ms of audio).
+    #: server reads them (a flood of empty flushes costs the server CPU: docs/performance.md,
+    #: "Measurements behind the code"), so slowing the reads would bound nothing, and a per-call
+    #: budget is spent again by each new call. An honest client stays far below: a whole text is
+    #: at most max_text_chars messages, a flush after each doubles it, and acks follow chunks (at
+    #: most one per 80 ms of audio).
     control_messages_per_s: float = 200.0
     control_message_burst: int = 4_000
     #: A segment's engine request may generate at most this many frames, plus as many per

@@ -72,7 +72,8 @@ def decode_reference_audio(data: bytes, limits: ServerLimits) -> ReferenceAudio:
 
 def _read_mono(data: bytes) -> tuple[np.ndarray, int]:
     """Decode to mono float32 in blocks of a quarter second: libsndfile holds the GIL while it
-    decodes (40 ms for 16 MB at once, a stall of the event loop), and lets go between blocks."""
+    decodes (a large file at once stalls the event loop: docs/performance.md, "Measurements behind
+    the code"), and lets go between blocks."""
     blocks = []
     offset = 0
     with soundfile.SoundFile(io.BytesIO(data)) as audio:

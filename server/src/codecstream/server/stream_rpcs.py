@@ -93,7 +93,7 @@ class StreamRpcs:
     async def _wait_for_half_close(self, requests) -> None:
         """Give a client that already sent everything a moment to half-close before the refusal
         ends the call: a call ended while its client still has the stream open leaves native
-        buffers behind in gRPC (measured: ~0.3 MB a refused 8 MB request; grpc/grpc#43360). A
+        buffers behind in gRPC (docs/performance.md, "Measurements behind the code"; grpc/grpc#43360). A
         client that is still sending is not waited for: read for the whole wait, a flood costs
         the server 20 ms of parsing a refused call."""
         try:

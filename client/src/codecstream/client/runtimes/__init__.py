@@ -46,8 +46,8 @@ class Backend:
 
 #: Every backend. The artifact runtimes stand in the order "auto" prefers them, over the formats a
 #: directory holds. The rule, from the backend axis of decode_bench (artifact_bench.json) on the
-#: machine kinds measured: the .onnx runtimes need no torch, are ready soonest (2.0 s against 9.3 s
-#: for .pt2 on an AVX2 EPYC) and decode the chunks that set first-audio latency (C <= 8) fastest;
+#: machine kinds measured: the .onnx runtimes need no torch, are ready soonest (docs/performance.md,
+#: "Measurements behind the code") and decode the chunks that set first-audio latency (C <= 8) fastest;
 #: OpenVINO decoded them faster than ONNX Runtime where both were measured (docs/performance.md),
 #: so it comes first when it is installed, unless ONNX Runtime has a GPU to run on (`_preference`).
 #: Lossy artifacts are never chosen for the user: an artifact directory holds one dtype, the one it
@@ -203,7 +203,8 @@ _ONNX_RUNTIME_GPU = "onnxruntime-gpu"
 def _preference() -> tuple[str, ...]:
     """PREFERENCE, with ONNX Runtime first where it has a GPU provider (onnxruntime-gpu, the
     Jetson builds): the OpenVINO backend decodes on the CPU only. A CPU-only ONNX Runtime (which
-    pipecat-ai requires) is not imported to ask: that took 0.25 s of a decoder's open here."""
+    pipecat-ai requires) is not imported to ask: its import is a noticeable share of a decoder's
+    open (docs/performance.md, "Measurements behind the code")."""
     if not (installed("openvino") and installed("onnx")):
         return PREFERENCE
     try:
@@ -227,8 +228,9 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, runtime: str, th
             f"({'; '.join(differences)})"
         )
     entry = manifest.artifacts[FORMATS[runtime]]
-    # Hashing the file (0.3 s for the 457 MB fp32 decoder here) runs beside the runtime's load of it
-    # (0.7-1.2 s) rather than before: both read the same pages, and the GIL is released in both.
+    # Hashing the file runs beside the runtime's load of it rather than before (the hash is the shorter
+    # of the two: docs/performance.md, "Decoder runtimes on the CPU"): both read the same pages, and the
+    # GIL is released in both.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         verification = pool.submit(verified_artifact_path, directory, entry)
         try:

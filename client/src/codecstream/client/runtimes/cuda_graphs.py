@@ -1,16 +1,16 @@
 """The stateful step on a CUDA GPU: replayed from one CUDA graph per chunk size, shared by every stream.
 
-Eager torch on a GPU is launch-bound: the step's ~650 small kernels cost 11-17 ms per call at any
-chunk size on an H200, against 2.5-7.2 ms replayed from a graph (fp32, C = 1..25;
-benchmarks/results/cuda_decode_bench.json). A graph is bound to the addresses of its inputs and
+Eager torch on a GPU is launch-bound: the step's hundreds of small kernels cost about the same per
+call at any chunk size, several times what the step replayed from a graph costs (docs/performance.md,
+"Decoder on a GPU"). A graph is bound to the addresses of its inputs and
 outputs, so each one reads the step's state from one set of static buffers and writes the new
 state back into them; a stream keeps its state in tensors of its own and copies it in before a
-replay and out after it (5 MB at real size: 0.04 ms both ways).
+replay and out after it (a small share of a call: docs/performance.md, "Decoder on a GPU").
 
 Float32 precision is a process-wide torch setting that kernels read when they are launched, or, in
 a graph, when it is captured: `float32_precision` sets it for the duration of a capture or an eager
 call and puts it back. TF32 is off unless asked for: TF32 matmuls and convolutions (cuDNN's are on
-by torch's default) cut parity with the fp32 decode on the CPU from 119 dB to 64.5 dB.
+by torch's default) cut parity with the fp32 decode on the CPU by half (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -78,9 +78,8 @@ class LoadedDecoder(FrameDecoder):
         """Decode silent chunks of each of `warm_up_sizes` once and reset, so that no stream, the
         first included, pays a runtime's first-shape cost.
 
-        Measured at real size, that cost adds 13-357 ms to a first chunk (decode_bench.json:
-        `backends`, first_chunk_2_frames_cold_ms against first_chunk_2_frames_ms); artifact_bench
-        records the first stream after load chunk by chunk. Sizes above `max_chunk_frames` are
+        That cost is measured at real size (docs/performance.md, "Measurements behind the code");
+        artifact_bench records the first stream after load chunk by chunk. Sizes above `max_chunk_frames` are
         decoded in pieces, so they warm the pieces' sizes.
         """
         for size in self.warm_up_sizes:

@@ -212,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(19)  # the compiler inherits it: a decoding process keeps the cores
     if not background:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from codecstream.client.runtimes.openvino_program import _import_openvino
+    from codecstream.client.runtimes.openvino_import import import_openvino
 
-    library = extension_library(_import_openvino())
+    library = extension_library(import_openvino())
     if not background:
         print(library or "not built (the reason is above)")
     return 0 if library else 1

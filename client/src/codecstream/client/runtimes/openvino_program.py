@@ -6,7 +6,7 @@ kernels and fusions; which of the two runtimes decodes faster is measured, not a
 into fewer, larger operations (openvino_fusion): each SnakeBeta becomes codecstream's fused
 operation where it can be built (openvino_extension), parallel matrix products one.
 
-Compiling the real-size decoder takes 1.6-2.5 s, most of a process's time to a ready decoder, so
+Compiling the real-size decoder is most of a process's time to a ready decoder, so
 the compiled program is kept in the client's cache (openvino/sha256-<hex of the artifact>/
 program-<key>.blob, about the artifact's size on disk) and the next process imports it instead.
 The folder is the artifact's sha256, which the loader checks against the manifest; the key is
@@ -23,7 +23,6 @@ import logging
 import os
 import pathlib
 import shutil
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +35,8 @@ from codecstream.client.runtimes.openvino_fusion import (
     fused_count,
     merge_parallel_matmuls,
 )
-from codecstream.client.runtimes.program import NumpyTensors, TensorInfo, check_signature, missing_runtime
+from codecstream.client.runtimes.openvino_import import import_openvino
+from codecstream.client.runtimes.program import NumpyTensors, TensorInfo, check_signature
 from codecstream.protocol.manifest import ArtifactFile, Manifest
 
 log = logging.getLogger(__name__)
@@ -46,32 +46,8 @@ _OPENVINO_TYPES = {"i64": "int64", "f32": "float32", "bf16": "bfloat16"}
 KEPT_COMPILED_ARTIFACTS = 2
 
 
-#: OpenVINO's model conversion API, which `import openvino` loads unless it is already loaded.
-_CONVERSION_API = "openvino.tools.ovc"
-
-
-def _import_openvino():
-    """OpenVINO's runtime, without its model conversion API: the client converts no model, and that
-    API's import sends a usage event to Google Analytics from a process it forks (openvino_telemetry)
-    while the client's gRPC threads run, which gRPC reports on stderr ("fork_posix.cc ... skipping
-    fork() handlers"); it also took 0.15-0.3 s of the import here. `openvino.convert_model` is then
-    not on the package (`from openvino.tools.ovc import convert_model` works as ever); a program that
-    imported OpenVINO itself first keeps the package as it imported it."""
-    block = "openvino" not in sys.modules and _CONVERSION_API not in sys.modules
-    if block:
-        sys.modules[_CONVERSION_API] = None  # its import fails, and openvino/__init__.py goes on without it
-    try:
-        import openvino
-    except ImportError as error:
-        raise missing_runtime("OpenVINO", "openvino", error) from None
-    finally:
-        if block and sys.modules.get(_CONVERSION_API, "") is None:
-            del sys.modules[_CONVERSION_API]
-    return openvino
-
-
 class OpenVinoProgram(NumpyTensors):
-    # Each new chunk size compiles its kernels on its first call (15-55 ms more at real size), so
+    # Each new chunk size compiles its kernels on its first call (docs/performance.md), so
     # the default ramp's sizes are warmed at load, as for the torch runtimes; the last chunk of an
     # utterance may still be a size of its own and pay it once.
 
@@ -107,7 +83,7 @@ class OpenVinoProgram(NumpyTensors):
         self, path: pathlib.Path, manifest: Manifest, threads: int | None, cache_dir: pathlib.Path | None = None
     ) -> None:
         """`cache_dir`: where the compiled program is kept and found (None: compile each time)."""
-        openvino = _import_openvino()
+        openvino = import_openvino()
         core, library = _core(openvino)
         version = openvino.__version__.split("-")[0]
         config = self.compile_config(threads)
@@ -141,7 +117,7 @@ def _describe(port) -> TensorInfo:
 def compile_decoder(path: pathlib.Path, config: dict[str, Any]):
     """The artifact compiled as OpenVinoProgram compiles it, with the fused operations where they
     build, but never kept nor taken from the cache: for benchmarks that add settings (PERF_COUNT)."""
-    core, library = _core(_import_openvino(), wait=True)
+    core, library = _core(import_openvino(), wait=True)
     return _compile(core, path, config, library, None)
 
 
@@ -172,8 +148,8 @@ def _import(openvino, core, blob: pathlib.Path | None, config: dict[str, Any]):
     if blob is None or not blob.is_file():
         return None, None
     try:
-        # Mapped rather than read: the program's weights stay in the file's pages (0.3 s to a
-        # ready program at real size, against 0.7 s for the file read into memory first).
+        # Mapped rather than read: the program's weights stay in the file's pages, and the program
+        # is ready in about half the time (docs/performance.md, "Decoder runtimes on the CPU").
         mapped = np.memmap(blob, dtype=np.uint8, mode="c")
         return core.import_model(openvino.Tensor(mapped, shared_memory=True), "CPU", config), mapped
     except (OSError, ValueError, RuntimeError) as error:

@@ -150,8 +150,8 @@ def _prime(program: Program, manifest: Manifest) -> None:
 
     ExecuTorch 1.4.1 (XNNPACK), real-size stateful decoder: when the program's first execution
     has a 1-frame chunk, as a stream's first chunk has, every later chunk of another size decodes
-    wrong (29.7 dB against the eager decoder, Intel Xeon, AVX-512/AMX); a first execution of 2
-    frames keeps every later one right (119.1 dB), 1-frame chunks included. Not seen at tiny size,
+    wrong (docs/performance.md, "Measurements behind the code"); a first execution of 2 frames
+    keeps every later one right, 1-frame chunks included. Not seen at tiny size,
     nor with the one-partition programs the exporter writes now; kept for `.pte` files exported before.
     """
     import numpy as np
@@ -178,10 +178,10 @@ def _runtime() -> tuple[Any, Any]:
     """ExecuTorch's runtime, without its exporter.
 
     ExecuTorch 1.4's runtime module imports `executorch.exir._warnings`, and that import runs the
-    whole `executorch.exir` package first: torch.export, the capture config and every pass, 6.8 s
-    of the client's ready time (Intel Xeon, 2 vCPU) for code only an export uses. While the
-    runtime loads, `executorch.exir` is a bare package holding only its path, so just the module
-    asked for runs; the real package is imported as usual afterwards, by whoever needs it.
+    whole `executorch.exir` package first: torch.export, the capture config and every pass, seconds
+    of the client's ready time (docs/performance.md, "Measurements behind the code") for code only
+    an export uses. While the runtime loads, `executorch.exir` is a bare package holding only its
+    path, so just the module asked for runs; the real package is imported as usual afterwards, by whoever needs it.
     """
     bare = None
     if "executorch.exir" not in sys.modules:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 
+from codecstream.client.artifact_trial import stamp_path
 from codecstream.client.cache import cache_root
 from codecstream.client.runtimes.errors import DecoderLoadError
 from codecstream.protocol.manifest import ArtifactFile
@@ -72,8 +73,6 @@ class Trial:
 def start_trial(directory: pathlib.Path, artifact: ArtifactFile) -> Trial | None:
     """The trial of `artifact` started in a child process; None where none is needed (this is
     the child, or the program passed one before)."""
-    from codecstream.client.artifact_trial import stamp_path
-
     if os.environ.get(CHILD_VARIABLE) or stamp_path(directory, "pte").exists():
         return None
     path = directory / artifact.file
@@ -84,7 +83,7 @@ def start_trial(directory: pathlib.Path, artifact: ArtifactFile) -> Trial | None
         return None
     # The child imports the same codecstream as this process, however this one found it.
     environment = {**os.environ, CHILD_VARIABLE: "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    command = [sys.executable, "-m", "codecstream.client.runtimes.pte_trial", str(directory)]
+    command = [sys.executable, "-m", "codecstream.client.runtimes.pte_trial_child", str(directory)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment)
     return Trial(process, path, mark)
 
@@ -94,27 +93,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def main() -> int:
-    """The child: open the directory's .pte as the client does (warm-up included), then decode
-    the largest chunk of random codes."""
-    import numpy as np
-    from codecstream.client.runtimes import DecoderLoadError, open_decoder
-    from codecstream.client.runtimes.pte_program import RUNTIME_VARIABLE
-
-    os.environ[RUNTIME_VARIABLE] = "native"
-    try:
-        decoder = open_decoder(sys.argv[1], backend="pte", threads=1)
-        decoder.reset()
-        shape = (decoder.max_chunk_frames, decoder.codec.num_codebooks)
-        codes = np.random.default_rng(0).integers(0, decoder.codec.codebook_size, shape)
-        decoder.decode(codes)
-    except DecoderLoadError as error:
-        print(error, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -40,7 +40,7 @@ class EagerTorchDecoder(LoadedDecoder):
     `precision` (one of PRECISIONS) applies on a CUDA device; the CPU decodes in fp32 only.
     `cuda_graphs`: on a CUDA device, replay the step from one CUDA graph per chunk size, captured
     on its first use (`warm_up` captures the default ramp's sizes); False runs it eagerly, which is
-    launch-bound there (11-17 ms a call on an H200 at any chunk size, against 2.5-7.2 ms).
+    launch-bound there (docs/performance.md, "Decoder on a GPU").
     """
 
     def __init__(
@@ -132,7 +132,7 @@ class EagerTorchDecoder(LoadedDecoder):
         self._stream = self._new_stream_state()
         if self._graphs:
             # Every size up to the ramp's largest: a stream's last chunk can be any of them, and a
-            # capture costs 60-140 ms on an H200 (cuda_decode_bench.json, graph_capture_ms).
+            # capture costs tens of milliseconds (docs/performance.md, "Decoder on a GPU").
             self.warm_up_sizes = tuple(range(1, max(DEFAULT_RAMP) + 1))
 
     @property
