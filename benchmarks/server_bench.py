@@ -32,6 +32,7 @@ from bench_servers import ServerProcess
 from codecstream.client import AsyncClient
 from codecstream.protocol import save_codes_file
 from codecstream.protocol.decoding import FRAMES_PER_SECOND
+from codecstream.testing.server_process import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -45,7 +46,6 @@ class ReplayServerProcess(ServerProcess):
         save_codes_file(codes, random_codes(frames, 0))
         args = ["--replay", str(codes), "--replay-fps", str(fps), "--max-streams", str(max_streams)]
         super().__init__([*args, "--resume-window", "0"], ready_timeout_s=60)
-        self._folder.cleanup()
 
 
 async def one_stream(client: AsyncClient, chunking: list[int], record: dict) -> None:
@@ -125,11 +125,7 @@ class BalancerProcess:
     """codecstream-balancer (nginx) in front of `replicas`, as an operator runs it."""
 
     def __init__(self, replicas: list[ReplayServerProcess]) -> None:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.target = f"127.0.0.1:{probe.getsockname()[1]}"
+        self.target = f"127.0.0.1:{free_port()}"
         self._folder = tempfile.TemporaryDirectory()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "codecstream.server.balancer", "--listen", self.target,

@@ -16,6 +16,7 @@ from codecstream.server.limits import ServerLimits
 from codecstream.server.replay import UNKNOWN_DECODER_DIGEST, ReplaySource
 from codecstream.server.source import Finished, FinishReason, Frames, Generation
 from codecstream.testing.random_codes import random_codes
+from codecstream.testing.waiting import eventually
 
 from tests.malicious_server import MaliciousServer
 from tests.tcp_proxy import CuttableProxy
@@ -114,15 +115,8 @@ class RunningServer:
         return self.loop.run(self.source.live_requests())
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-        """Poll a condition on the server side (bounded: tests never hang)."""
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            time.sleep(0.01)
-        return predicate()
+        """Whether a condition on the server side holds within `timeout` (bounded: tests never hang)."""
+        return eventually(predicate, timeout, step_s=0.01)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
+
+from codecstream.testing.waiting import wait_for
 
 from tests.tcp_proxy import CuttableProxy
 
@@ -16,10 +17,7 @@ def test_closing_the_proxy_ends_every_task_of_a_frozen_connection():
         proxy = CuttableProxy(upstream.getsockname()[1])
         with socket.create_connection(("127.0.0.1", proxy.port)) as client:
             client.sendall(b"hello")
-            deadline = time.monotonic() + 10
-            while proxy.bytes_to_upstream < 5 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert proxy.bytes_to_upstream == 5  # the connection's pumps are running
+            wait_for(lambda: proxy.bytes_to_upstream == 5, 10, "the connection's pumps running", step_s=0.01)
             proxy.freeze()
             proxy.close()
     assert proxy.loop.is_closed()

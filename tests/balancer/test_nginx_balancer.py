@@ -8,7 +8,6 @@ import collections
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,9 @@ import numpy as np
 import pytest
 from codecstream.client import Client, StreamNotFound, Unavailable
 from codecstream.protocol import save_codes_file
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from codecstream.testing.server_process import ServerProcess, free_port
+from codecstream.testing.waiting import wait_for
+from grpc_health.v1 import health_pb2
 
 from tests.conftest import random_codes
 
@@ -30,45 +31,26 @@ DRAIN_DELAY_S = 2.0
 CODES = random_codes(FRAMES, seed=21)
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Replica:
+class Replica(ServerProcess):
     """`codecstream-server --replay` in its own process."""
 
     def __init__(self, name: str, folder: pathlib.Path, fps: float) -> None:
         self.name = name
         codes_file = folder / f"{name}.npy"
         save_codes_file(codes_file, CODES)
-        port_file = folder / f"{name}.port"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "codecstream.server.cli", "--replay", str(codes_file), "--replay-fps", str(fps),
-             "--port", "0", "--port-file", str(port_file), "--shutdown-grace", "20",
+        super().__init__(
+            ["--replay", str(codes_file), "--replay-fps", str(fps), "--shutdown-grace", "20",
              "--drain-delay", str(DRAIN_DELAY_S), "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for(lambda: port_file.exists() and port_file.read_text(), what=f"replica {name} to listen")
-        self.address = f"127.0.0.1:{port_file.read_text()}"
+        self.wait_until_serving(30)
 
-    def health(self) -> str:
-        with grpc.insecure_channel(self.address) as channel:
-            try:
-                answer = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service="codecstream.v1.SynthesisService"), timeout=1
-                )
-            except grpc.RpcError as error:
-                return error.code().name
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(30)
+    def health_name(self) -> str:
+        """SERVING or NOT_SERVING, or the gRPC status where nothing answers (UNAVAILABLE)."""
+        try:
+            status = self.health("codecstream.v1.SynthesisService", timeout_s=1)
+        except grpc.RpcError as error:
+            return error.code().name
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
 
 
 class Deployment:
@@ -81,10 +63,10 @@ class Deployment:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "codecstream.server.balancer", "--listen", self.target,
              "--health-interval", "0.2", "--runtime-dir", str(folder / "nginx"),
-             *(f"--replica={r.name}={r.address}" for r in self.replicas.values())],
+             *(f"--replica={r.name}={r.target}" for r in self.replicas.values())],
             stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
-        wait_for(lambda: "listening on" in self.output(), what="the balancer to listen")
+        wait_for(lambda: "listening on" in self.output(), 30, "the balancer to listen")
 
     def output(self) -> str:
         self.log.flush()
@@ -98,15 +80,8 @@ class Deployment:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(60)
         for replica in self.replicas.values():
-            replica.stop()
+            replica.kill()
         self.log.close()
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (nginx binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -164,16 +139,16 @@ def test_new_streams_spread_over_the_replicas_and_each_is_whole(deployment):
 def test_a_draining_replica_takes_no_new_streams_and_finishes_its_own(deployment):
     running, playing = {}, []
     threads = start_streams(deployment.target, 3, running, playing)
-    wait_for(lambda: len(playing) == 3, timeout=10, what="three streams to play, one per replica")
+    wait_for(lambda: len(playing) == 3, 10, "three streams to play, one per replica")
     drained = deployment.replicas["r1"]
     drained.process.send_signal(signal.SIGTERM)
-    wait_for(lambda: drained.health() == "NOT_SERVING", timeout=DRAIN_DELAY_S, what="NOT_SERVING")
-    wait_for(lambda: deployment.pool_without("r1"), timeout=DRAIN_DELAY_S, what="the balancer to drop r1")
+    wait_for(lambda: drained.health_name() == "NOT_SERVING", DRAIN_DELAY_S, "NOT_SERVING")
+    wait_for(lambda: deployment.pool_without("r1"), DRAIN_DELAY_S, "the balancer to drop r1")
     # Streams asked for during the drain delay are taken, wherever they land.
     during: dict = {}
     during_threads = start_streams(deployment.target, 3, during)
     # Then the port closes; every new stream goes to the others, none is refused.
-    wait_for(lambda: drained.health() == "UNAVAILABLE", timeout=5, what="r1 to stop listening")
+    wait_for(lambda: drained.health_name() == "UNAVAILABLE", 5, "r1 to stop listening")
     later: dict = {}
     join(start_streams(deployment.target, 6, later))
     assert {replica for replica, _, _ in later.values()} <= {"r0", "r2"}, later
@@ -187,14 +162,14 @@ def test_a_draining_replica_takes_no_new_streams_and_finishes_its_own(deployment
 def test_a_killed_replica_ends_its_streams_clearly_and_the_others_take_new_ones(deployment):
     running, playing = {}, []
     threads = start_streams(deployment.target, 3, running, playing)
-    wait_for(lambda: len(playing) == 3, timeout=10, what="three streams to play, one per replica")
+    wait_for(lambda: len(playing) == 3, 10, "three streams to play, one per replica")
     deployment.replicas["r2"].process.kill()
     join(threads, timeout=30)
     outcomes = {replica: outcome for replica, _, outcome in running.values()}
     # Its stream's Resume finds the replica gone: NOT_FOUND from the balancer, not a hang.
     assert isinstance(outcomes["r2"], StreamNotFound), outcomes["r2"]
     assert "gone" in str(outcomes["r2"])
-    wait_for(lambda: deployment.pool_without("r2"), timeout=5, what="the balancer to drop r2")
+    wait_for(lambda: deployment.pool_without("r2"), 5, "the balancer to drop r2")
     later: dict = {}
     join(start_streams(deployment.target, 4, later))
     assert {replica for replica, _, _ in later.values()} <= {"r0", "r1"}

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from codecstream.client.runtimes.openvino_fusion import (  # noqa: E402
     fused_count,
     merge_parallel_matmuls,
 )
+from codecstream.testing.waiting import wait_for  # noqa: E402
 from openvino import opset13 as ops  # noqa: E402
 
 from tests.conftest import random_codes  # noqa: E402
@@ -136,13 +136,6 @@ def library_path(cache: pathlib.Path) -> pathlib.Path:
     return openvino_extension._target(cache, pathlib.Path(openvino.__file__).parent, openvino.__version__)
 
 
-def wait_for(path: pathlib.Path, timeout_s: float = 120) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not path.is_file() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return path.is_file()
-
-
 def test_a_decoder_s_load_does_not_wait_for_the_operations_they_are_built_beside_it_for_the_next(
     cache, monkeypatch, tmp_path
 ):
@@ -151,7 +144,7 @@ def test_a_decoder_s_load_does_not_wait_for_the_operations_they_are_built_beside
     _, library = openvino_program._core(openvino)  # what a decoder's load asks for
     target = library_path(cache)
     assert library is None and not target.is_file()  # the graph runs as exported; the build goes on
-    assert wait_for(target)  # built in a process of its own
+    wait_for(target.is_file, 120, "the operations built in a process of their own")
     assert openvino_program._core(openvino)[1] == target  # the next decoder runs them
 
 
@@ -164,7 +157,8 @@ def test_a_build_that_failed_is_said_once_with_its_reason_and_not_started_again_
     monkeypatch.setenv("CXX", str(failing))
     assert openvino_program._core(openvino)[1] is None
     marker = library_path(cache).with_name(library_path(cache).name + ".failed")
-    assert wait_for(marker) and "could not build snake_beta.cpp: error: no room" in marker.read_text()
+    wait_for(marker.is_file, 120, "the failed build's marker")
+    assert "could not build snake_beta.cpp: error: no room" in marker.read_text()
 
     openvino_extension._started.clear()  # a new process, as far as the build is concerned
     monkeypatch.setattr(subprocess, "Popen", None)  # starting a build now would fail the test

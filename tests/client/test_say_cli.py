@@ -1,13 +1,21 @@
 """`codecstream say` and `codecstream info` as a user meets them: exit codes and one-line errors."""
 
+import asyncio
 import subprocess
 import sys
+import threading
 import wave
 
 import pytest
+from codecstream.client import Client
 from codecstream.protocol import decoder_digest
+from codecstream.protocol.codes_file import CodesFile
+from codecstream.server.app import CodecStreamServer, ServerOptions
+from codecstream.server.replay import ReplaySource
+from codecstream.testing.waiting import wait_for
+from codecstream.v1 import synthesis_pb2 as pb
 
-from tests.conftest import random_codes
+from tests.conftest import EventLoopThread, random_codes
 
 CLI = [sys.executable, "-m", "codecstream.client.cli"]
 
@@ -148,3 +156,39 @@ def test_say_counts_the_underruns_a_real_time_player_would_meet_without_playing(
     # 4 frames a second is a third of real time: each chunk after the first comes after the audio
     # before it has played out.
     assert underruns >= 3 if late else underruns == 0
+
+
+class HeldStart(ReplaySource):
+    """A replay source whose start (an engine's load) lasts until the test lets it end."""
+
+    released = threading.Event()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.released.wait, 60)
+
+
+def info(target: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "info", "--server", target], capture_output=True, text=True, timeout=60)
+
+
+def test_info_says_whether_the_server_takes_streams_and_while_its_engine_starts_that_it_does_not_and_why():
+    loop = EventLoopThread()
+    server = CodecStreamServer(HeldStart(CodesFile(random_codes(10))), ServerOptions(port=0, shutdown_grace_s=0.5))
+    starting = asyncio.run_coroutine_threadsafe(server.start(), loop.loop)
+    try:
+        wait_for(lambda: server.port, 30, "the server to listen while its engine starts")
+        target = f"127.0.0.1:{server.port}"
+        with Client(target) as client:
+            assert client.codec_info().serving_state == pb.SERVING_STATE_NOT_SERVING
+        result = info(target)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[0] == (
+            "state            not serving: the engine is starting (new streams are refused until it serves)"
+        )
+        HeldStart.released.set()
+        starting.result(30)
+        assert "state            serving" in info(target).stdout.splitlines()
+    finally:
+        HeldStart.released.set()
+        loop.run(server.stop(grace_s=0.5))
+        loop.close()

@@ -11,6 +11,7 @@ from codecstream.client.runtimes import DecoderLoadError, open_decoder
 from codecstream.client.runtimes.cuda_graphs import float32_precision
 from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
 from codecstream.decoder import StatefulDecoder, load_decoder
+from codecstream.protocol import decoder_digest
 
 from tests.conftest import random_codes
 
@@ -70,3 +71,10 @@ def test_float32_precision_holds_for_its_block_and_then_restores_the_process_fla
     assert tf32_flags() == before
     # torch raises on reading the legacy flags after a mix of the two APIs: they must still read.
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == legacy
+
+
+def test_the_description_names_the_digest_it_shows_as_the_decoder_digest_not_a_file_s_sha256(checkpoint):
+    # Issue 53: an artifact's export line showed its file's sha256 and its decoder's description
+    # the weights digest, both as a bare "sha256:…".
+    digest = decoder_digest(checkpoint)
+    assert f"(decoder digest {digest[:19]}…)" in open_decoder(checkpoint, backend="torch").description

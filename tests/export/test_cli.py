@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import shutil
 
 import numpy as np
 import pytest
 from codecstream.client import cli
 from codecstream.client.runtimes import open_decoder
-from codecstream.export.cli import register_parity
+from codecstream.export.cli import artifact_summary, register_parity
 from codecstream.protocol.codes_file import save_codes_file
-from codecstream.protocol.manifest import read_manifest
+from codecstream.protocol.digest import decoder_digest
+from codecstream.protocol.manifest import MANIFEST_FILE, read_manifest
 
 from tests.conftest import random_codes
+from tests.malicious_server import DIGEST, manifest_json, sha256
 
 from .conftest import codecstream, export_command
 
@@ -279,3 +282,32 @@ def test_quantized_parity_is_reported_next_to_fp32(artifacts, tiny_checkpoint, t
     )
     assert reports[("onnx", "stateful", "fp32")]["snr_db"] > reports[("pt2", "stateful", "bf16")]["snr_db"]
     assert all(np.isfinite(r["max_abs_error"]) for r in reports.values())
+
+
+def test_the_export_line_names_the_file_s_sha256_and_the_decoder_digest_apart(tmp_path):
+    # Issue 53: the line showed the file's sha256 as a bare "sha256:…", and the decoder's
+    # description the weights digest the same way: two different "sha256" for one artifact.
+    data = b"an exported graph"
+    (tmp_path / "decoder.onnx").write_bytes(data)
+    (tmp_path / MANIFEST_FILE).write_text(manifest_json("onnx", "decoder.onnx", data))
+    line = artifact_summary(tmp_path, read_manifest(tmp_path), "onnx")
+    assert f"file {sha256(data)[:23]}…" in line
+    assert f"decoder digest {DIGEST[:19]}…" in line
+
+
+def test_parity_e2e_records_the_command_that_ran_with_every_request_flag_and_no_token(
+    replay_server_factory, checkpoint, tmp_path, capsys
+):
+    # Issue 53: benchmarks/results/parity_e2e.json's command left out `--voice ryan --seed 7`, so
+    # running it again made another stream.
+    server = replay_server_factory(codes=random_codes(12), decoder_digest=decoder_digest(checkpoint))
+    report = tmp_path / "e2e.json"
+    command = [
+        "parity", "e2e", "--server", server.target, "--text", "Parity check.", "--voice", "ryan", "--seed", "7",
+        "--max-frames", "12", "--decoder", str(checkpoint), "--backend", "torch", "--checkpoint", str(checkpoint),
+        "--token", "s3cret", "--json", str(report),
+    ]  # fmt: skip
+    code, out, err = run_in_process(capsys, *command)
+    assert code == 0, out + err
+    recorded = json.loads(report.read_text())["command"]
+    assert recorded == shlex.join(["codecstream", *command]).replace("s3cret", "REDACTED")

@@ -39,7 +39,7 @@ def lane_server(lane, lane_report, tmp_path_factory):
     lane_report.add("checkpoint_write_s", round(time.monotonic() - began, 1))
     log_dir = lane.log_dir or workdir
     log_dir.mkdir(parents=True, exist_ok=True)
-    server = ServerProcess(checkpoint, lane.deploy_config, log_dir / SERVER_LOG, workdir)
+    server = ServerProcess(checkpoint, lane.deploy_config, log_dir / SERVER_LOG)
     lane_report.add("server_command", server.command)
     lane_report.add("server_log", str(server.log_path))
     try:

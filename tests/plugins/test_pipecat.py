@@ -24,6 +24,7 @@ from codecstream.client.runtimes import DecoderLoadError
 from codecstream.protocol import decoder_digest
 from codecstream.protocol.decoding import SAMPLES_PER_FRAME
 from codecstream.testing.pipecat_pipeline import Call, Pause, Pushed, Until, run_script
+from codecstream.testing.waiting import wait_for_async
 from pipecat.frames.frames import (
     ErrorFrame,
     InterruptionFrame,
@@ -252,6 +253,10 @@ async def test_a_refused_turn_ends_with_its_reply_unspoken_and_the_next_turn_is_
     assert not (tts._turns or tts._refused)
 
 
+def tasks_besides_this_one() -> set[asyncio.Task]:
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+
+
 @pytest.mark.asyncio
 async def test_refused_streams_leave_no_pending_task_or_unretrieved_exception_behind(
     replay_server_factory, checkpoint, caplog
@@ -262,9 +267,10 @@ async def test_refused_streams_leave_no_pending_task_or_unretrieved_exception_be
     tts = CodecstreamTTSService(server=server.target, decoder=checkpoint, voice_id="nobody")
     caplog.set_level(logging.ERROR, logger="asyncio")
     await run_script(tts, [*reply("Sure."), Until(TTSStoppedFrame), *reply("Sure."), Until(TTSStoppedFrame)])
-    for _ in range(3):
-        gc.collect()
-        await asyncio.sleep(0.05)
+    # No task of theirs still pending on the loop (grpc's request writer was), then none whose
+    # exception nobody retrieved, which only the collector reports.
+    await wait_for_async(lambda: not tasks_besides_this_one(), 5, "no task left pending after the refused streams")
+    gc.collect()
     assert sample(server, "codecstream_calls_total") == 2
     assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
 

@@ -17,6 +17,7 @@ from codecstream.server.engine.talker_source import VllmTalkerSource
 from codecstream.server.request import SynthesisRequest
 from codecstream.server.source import Finished, FinishReason, Frames, Generation
 from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+from codecstream.testing.waiting import eventually
 
 from tests.conftest import EventLoopThread
 
@@ -83,12 +84,9 @@ class TalkerEngine:
         return self.run(self.source.live_requests())
 
     def wait_for_no_live_requests(self, timeout: float = 15.0) -> int:
-        deadline = time.monotonic() + timeout
-        live = self.live_requests()
-        while live and time.monotonic() < deadline:
-            time.sleep(0.1)
-            live = self.live_requests()
-        return live
+        """The requests the engine still holds once none is left or after `timeout`."""
+        eventually(lambda: self.live_requests() == 0, timeout, step_s=0.1)
+        return self.live_requests()
 
 
 def start_talker_engine(checkpoint_dir: Path, variant: str = "custom_voice") -> TalkerEngine:

@@ -11,10 +11,12 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import grpc
 import pytest
 from codecstream.server.limits import ServerLimits
+from codecstream.testing.waiting import wait_for
 from codecstream.v1 import synthesis_pb2 as pb
 from codecstream.v1 import synthesis_pb2_grpc
 
@@ -22,6 +24,19 @@ from tests.conftest import random_codes, sample
 from tests.malicious_server import DIGEST, manifest_json
 
 SIZE = 48 << 20  # far over the kernel's socket buffers and HTTP/2's windows
+
+
+def settled(value: Callable[[], float]) -> Callable[[], bool]:
+    """A condition that holds once `value()` is what it was when last asked: what it counts stopped."""
+    last: list[float] = []
+
+    def unchanged() -> bool:
+        now = value()
+        held = last == [now]
+        last[:] = [now]
+        return held
+
+    return unchanged
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +154,8 @@ def test_a_download_whose_client_stops_reading_then_disconnects_logs_no_tracebac
         )
         next(parts)
         proxy.freeze_to_client()
-        time.sleep(0.5)  # the server's writes now wait on a full connection
+        sent = settled(lambda: sample(server, "codecstream_decoder_artifact_bytes_total"))
+        wait_for(sent, 20, "the server's writes to wait on the full connection", step_s=0.1)
         proxy.cut()
         channel.close()
     assert server.wait_until(lambda: sample(server, "codecstream_decoder_artifact_downloads_running") == 0, 20)

@@ -3,27 +3,31 @@ visible at once (health, metrics, statuses) and comes back, or the process exits
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.request
 
 import grpc
 import psutil
 import pytest
 from codecstream.client import Client, StreamEnded, Unavailable
 from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+from codecstream.testing.server_process import (
+    NOT_SERVING,
+    SERVER,
+    SERVING,
+    ServerProcess,
+    free_port,
+)
+from codecstream.testing.waiting import eventually, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 pytestmark = pytest.mark.engine
 
-SERVER = [sys.executable, "-m", "codecstream.server.cli"]
 #: Several times the engine's start on a loaded 2-core machine (docs/performance.md).
 START_TIMEOUT_S = 300
+#: What vLLM-Omni names the stage's engine-core process.
 ENGINE_CORE = "StageEngineCoreProc"
 
 
@@ -33,71 +37,23 @@ def long_checkpoint(tmp_path_factory):
     return write_qwen3_tts_checkpoint(tmp_path_factory.mktemp("qwen3-tts-long"), preset="tiny", mean_frames=5000)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServerProcess:
-    def __init__(self, checkpoint, *flags: str, tmp_path) -> None:
-        self.port_file = tmp_path / "port"
-        self.metrics_port = free_port()
-        self.process = subprocess.Popen(
-            [*SERVER, "--model", str(checkpoint), "--port", "0", "--port-file", str(self.port_file),
-             "--metrics-port", str(self.metrics_port), *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.port_file.exists() and self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert self.port_file.exists(), f"server did not start: {self.finish()}"
-        self.target = f"127.0.0.1:{self.port_file.read_text()}"
-
-    def health(self) -> int:
-        with grpc.insecure_channel(self.target) as channel:
-            return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2).status
-
-    def metric(self, name: str) -> float:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
-        return float(re.search(rf"^{name} (\S+)$", text, flags=re.MULTILINE).group(1))
-
-    def engine_cores(self) -> list[psutil.Process]:
-        children = psutil.Process(self.process.pid).children(recursive=True)
-        return [child for child in children if ENGINE_CORE in child.name()]
-
-    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        out, err = self.process.communicate(timeout=timeout)
-        return self.process.returncode, out, err
-
-
-def wait_for(predicate, timeout: float, step: float = 0.02) -> float:
-    """Seconds until `predicate()` held; fails after `timeout`."""
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < timeout, "condition not reached in time"
-        time.sleep(step)
-    return time.monotonic() - started
-
-
 def test_a_killed_engine_is_reported_at_once_restarted_and_after_the_last_restart_the_process_exits_3(
     long_checkpoint, tmp_path
 ):
     # One restart allowed: the first kill is survived, the second ends the process for its supervisor.
-    server = ServerProcess(long_checkpoint, "--engine-restarts", "1", tmp_path=tmp_path)
+    server = ServerProcess(["--model", str(long_checkpoint), "--engine-restarts", "1"])
     engine_processes = []
     try:
-        assert server.health() == health_pb2.HealthCheckResponse.SERVING
+        server.wait_until_serving(START_TIMEOUT_S)
+        assert server.health() == SERVING
         assert server.metric("codecstream_engine_up") == 1
         with Client(server.target) as client:
             stream = client.stream_codes("A long text.", voice="ryan", seed=1, chunking=[1])
             next(stream)
-            engine_processes += psutil.Process(server.process.pid).children(recursive=True)
+            engine_processes += server.children()
             (core,) = server.engine_cores()
             core.kill()
-            not_serving_after = wait_for(lambda: server.health() == health_pb2.HealthCheckResponse.NOT_SERVING, 10)
+            not_serving_after = wait_for(lambda: server.health() == NOT_SERVING, 10, "health NOT_SERVING")
             with pytest.raises(StreamEnded) as ended:
                 for _ in stream:
                     pass
@@ -109,20 +65,20 @@ def test_a_killed_engine_is_reported_at_once_restarted_and_after_the_last_restar
         assert "\n" not in message and "engine" in message and len(message) < 300
         assert server.metric("codecstream_engine_up") == 0
 
-        wait_for(lambda: server.health() == health_pb2.HealthCheckResponse.SERVING, START_TIMEOUT_S, step=0.5)
+        wait_for(lambda: server.health() == SERVING, START_TIMEOUT_S, "health SERVING again", step_s=0.5)
         assert server.metric("codecstream_engine_up") == 1
         assert server.metric("codecstream_engine_restarts_total") == 1
         with Client(server.target) as client:
             assert next(iter(client.stream_codes("Back again.", voice="ryan", seed=2))).num_frames > 0
 
-        engine_processes += psutil.Process(server.process.pid).children(recursive=True)
+        engine_processes += server.children()
         for core in server.engine_cores():
             core.kill()
         server.process.wait(timeout=120)
     finally:
-        code, _, err = server.finish()
-    assert code == 3, err[-2000:]
-    assert "codecstream-server: error: the engine failed and could not be restarted" in err
+        code = server.stop(timeout_s=60)
+    assert code == 3, server.errors()[-2000:]
+    assert "codecstream-server: error: the engine failed and could not be restarted" in server.errors()
     _, alive = psutil.wait_procs(engine_processes, timeout=30)
     assert not alive, f"engine processes left after the exit: {alive}"
 
@@ -145,19 +101,15 @@ def test_a_busy_port_fails_before_the_engine_starts(long_checkpoint):
 def test_an_engine_that_fails_to_start_exits_1_with_one_line_and_leaves_nothing_running(long_checkpoint, tmp_path):
     deploy = tmp_path / "broken.yaml"
     deploy.write_text("pipeline: qwen3_tts_talker_only\nstages:\n  - stage_id: 0\n    max_model_len: -5\n")
-    process = subprocess.Popen(
-        [*SERVER, "--model", str(long_checkpoint), "--port", "0", "--deploy-config", str(deploy)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    server = ServerProcess(["--model", str(long_checkpoint), "--deploy-config", str(deploy)])
     try:
-        wait_for(lambda: psutil.Process(process.pid).children(recursive=True) or process.poll() is not None, 120)
-        children = [] if process.poll() is not None else psutil.Process(process.pid).children(recursive=True)
-        _, err = process.communicate(timeout=START_TIMEOUT_S)
+        wait_for(lambda: server.children() or server.process.poll() is not None, 120, "the engine's start or an exit")
+        children = server.children()
+        server.process.wait(START_TIMEOUT_S)
     finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 1
-    assert err.strip().splitlines()[-1].startswith("codecstream-server: error: the engine did not start: ")
+        server.stop()
+    assert server.process.returncode == 1
+    assert server.errors().strip().splitlines()[-1].startswith("codecstream-server: error: the engine did not start: ")
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"processes left after a failed start: {alive}"
 
@@ -169,38 +121,34 @@ def test_a_signal_while_the_engine_starts_stops_the_start_instead_of_waiting_for
     error of the server's: on main vLLM-Omni wrote 3 tracebacks (65 ERROR lines) after the stop.
     The bound is a hang check: a fraction of a start."""
     began = time.time()
-    port, port_file = free_port(), tmp_path / "port"
-    process = subprocess.Popen(
-        [*SERVER, "--model", str(long_checkpoint), "--port", str(port), "--port-file", str(port_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    server = ServerProcess(["--model", str(long_checkpoint)], port=free_port(), log=tmp_path / "server.log")
     try:
-        wait_for(lambda: starting(f"127.0.0.1:{port}"), START_TIMEOUT_S, step=0.1)  # listening, engine not up
+        wait_for(lambda: starting(server.target), START_TIMEOUT_S, "listening, the engine not up", step_s=0.1)
         # Well into the start: the engine core's process is being built.
-        wait_for(lambda: engine_core_of(process.pid) is not None, START_TIMEOUT_S, step=0.1)
-        process.send_signal(signal.SIGTERM)
-        out, _ = process.communicate(timeout=20)
+        wait_for(server.engine_cores, START_TIMEOUT_S, "the engine core's process", step_s=0.1)
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(20)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, out[-2000:]
+        server.stop()  # kills what a failed check left; after an exit, nothing (the check below is on them)
+    out = server.output()
+    assert code == 0, out[-2000:]
     assert "codecstream-server: stopped while starting" in out
-    assert not port_file.exists()
+    assert not server.port_file.exists()
     after_the_stop = out[out.index("stopped while the engine was starting") :]
     assert "Traceback" not in after_the_stop and "ERROR" not in after_the_stop, after_the_stop[-3000:]
-    time.sleep(2)  # a process the start spawned would be an orphan now
-    orphans = [
-        child
-        for child in psutil.process_iter(["create_time", "ppid", "name"])
-        if child.info["create_time"] >= began and child.info["ppid"] == 1
+    # Bounded by what a process ending with the server takes: one alive after it is an orphan.
+    if not eventually(lambda: not orphans_since(began), 2):
+        left = [(orphan.pid, orphan.info["name"]) for orphan in orphans_since(began)]
+        raise AssertionError(f"processes the start left behind: {left}")
+
+
+def orphans_since(began: float) -> list[psutil.Process]:
+    """Processes made since `began` whose parent is gone (reparented to init)."""
+    return [
+        process
+        for process in psutil.process_iter(["create_time", "ppid", "name"])
+        if process.info["create_time"] >= began and process.info["ppid"] == 1
     ]
-    assert not orphans, f"processes the start left behind: {[(o.pid, o.info['name']) for o in orphans]}"
-
-
-def engine_core_of(pid: int) -> psutil.Process | None:
-    children = psutil.Process(pid).children(recursive=True)
-    return next((child for child in children if ENGINE_CORE in child.name()), None)
 
 
 def starting(target: str) -> bool:

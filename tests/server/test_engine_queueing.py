@@ -20,8 +20,10 @@ NEWCOMERS = 32
 
 def test_a_speaking_stream_s_next_segment_goes_ahead_of_streams_that_arrived_after_it(talker_engine):
     source = talker_engine.source
+    asked: list[str] = []
 
     async def first_frame_at(request: SynthesisRequest, request_id: str) -> float:
+        asked.append(request_id)
         generation = await source.open(request, request_id)
         async for event in generation:
             if isinstance(event, Frames):
@@ -37,7 +39,9 @@ def test_a_speaking_stream_s_next_segment_goes_ahead_of_streams_that_arrived_aft
             )
             for i in range(NEWCOMERS)
         ]
-        await asyncio.sleep(0)  # every newcomer is on its way to the engine first
+        # Every newcomer on its way to the engine first: one thread makes the prompts in the order asked.
+        while len(asked) < NEWCOMERS:
+            await asyncio.sleep(0)
         second_segment = SynthesisRequest(text="And the second sentence.", voice="ryan", seed=1, max_frames=40)
         continuation = await first_frame_at(second_segment, segment_request_id("speaking", 1))
         return list(await asyncio.gather(*newcomers)), continuation

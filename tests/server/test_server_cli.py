@@ -1,21 +1,16 @@
 """`codecstream-server` as an operator runs it: a real process, real port, clean errors and shutdown."""
 
-import os
-import pathlib
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from codecstream.client import Client
 from codecstream.protocol import save_codes_file
+from codecstream.testing.server_process import SERVER, ServerProcess
 
 from tests.conftest import random_codes
-
-SERVER = [sys.executable, "-m", "codecstream.server.cli"]
 
 
 def run_server(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -88,24 +83,16 @@ def test_replay_server_process_serves_and_shuts_down_on_sigterm(tmp_path):
     codes_file = tmp_path / "c.npy"
     codes = random_codes(30)
     save_codes_file(codes_file, codes)
-    port_file = tmp_path / "port"
-    process = subprocess.Popen(
-        [*SERVER, "--replay", str(codes_file), "--replay-fps", "0", "--port", "0", "--port-file", str(port_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    server = ServerProcess(["--replay", str(codes_file), "--replay-fps", "0"])
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        port = pathlib.Path(port_file).read_text()
-        with Client(f"127.0.0.1:{port}") as client:
+        server.wait_until_serving(30)
+        with Client(server.target) as client:
             received = np.concatenate([c.codes for c in client.stream_codes("Hi.")])
         np.testing.assert_array_equal(received, codes)
     finally:
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=30)
-    assert process.returncode == 0, err
-    assert "shutting down" in out
+        code = server.stop(timeout_s=30)
+    assert code == 0, server.errors()
+    assert "shutting down" in server.output()
 
 
 def busy_port() -> socket.socket:

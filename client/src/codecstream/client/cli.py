@@ -8,12 +8,17 @@ The exporter adds `export-decoder` and `parity` this way, so the client stays in
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from codecstream.client.command_error import CommandError
 from codecstream.client.errors import CodecStreamError
 from codecstream.protocol.errors import ProtocolError
+
+#: Flags whose value is a secret: a recorded command line holds REDACTED in its place.
+SECRET_FLAGS = ("--token",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,13 +42,31 @@ def add_entry_point_commands(subparsers, group: str, prefix: str = "") -> None:
         register(subparsers)
 
 
+def command_line(argv: Sequence[str]) -> str:
+    """`codecstream ARGV` as a shell takes it, with every secret flag's value REDACTED."""
+    words, secret_next = ["codecstream"], False
+    for word in argv:
+        flag, equals, _ = word.partition("=")
+        if secret_next:
+            words.append("REDACTED")
+        elif flag in SECRET_FLAGS and equals:
+            words.append(f"{flag}=REDACTED")
+        else:
+            words.append(word)
+        secret_next = word in SECRET_FLAGS
+    return shlex.join(words)
+
+
 def _unavailable(name: str, error: ImportError) -> int:
     raise CommandError(f"command {name} is unavailable: {error}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    # What ran, for records that say how to reproduce them (parity reports).
+    args.command_line = command_line(argv)
     try:
         return args.handler(args)
     except KeyboardInterrupt:

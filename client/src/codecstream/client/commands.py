@@ -88,6 +88,7 @@ def run_info(args: argparse.Namespace) -> int:
         info = client.codec_info()
         voices = client.voices()
     codec = info.codec
+    print(f"state            {serving_state(info)}")
     print(f"model            {info.model} (server {info.server_version})")
     print(
         f"codec            {codec.codec_name} {codec.codec_version}: {codec.num_codebooks} x {codec.codebook_size}, "
@@ -103,6 +104,15 @@ def run_info(args: argparse.Namespace) -> int:
         f"resume window {info.resume_window_ms} ms"
     )
     return 0
+
+
+def serving_state(info: pb.GetCodecInfoResponse) -> str:
+    """Whether the server takes new streams, as `info` says it; an older server does not say."""
+    if info.serving_state == pb.SERVING_STATE_SERVING:
+        return "serving"
+    if info.serving_state == pb.SERVING_STATE_NOT_SERVING:
+        return f"not serving: {info.not_serving_reason} (new streams are refused until it serves)"
+    return f"not stated (server {info.server_version} does not say; its gRPC health does)"
 
 
 def run_record(args: argparse.Namespace) -> int:

@@ -30,7 +30,8 @@ from codecstream.export.exporter import (
     export_decoder,
 )
 from codecstream.export.progress import Progress
-from codecstream.protocol.manifest import ARTIFACT_DTYPES, ARTIFACT_FORMATS, ARTIFACT_MODES
+from codecstream.protocol.digest import digest_label
+from codecstream.protocol.manifest import ARTIFACT_DTYPES, ARTIFACT_FORMATS, ARTIFACT_MODES, Manifest
 
 PARITY_GROUP = "codecstream.parity"
 #: Exit status when a command could not do its job (as opposed to a parity check that failed).
@@ -93,13 +94,19 @@ def run_export_decoder(args: argparse.Namespace) -> int:
         manifest = export_decoder(request, Progress(total=STAGES, enabled=not args.quiet))
     except ExportError as error:
         raise CommandError(str(error), EXIT_ERROR) from None
-    entry = manifest.artifacts[args.format]
-    check = entry.export_check or {}
-    print(
-        f"{args.out / entry.file}: {manifest.mode} {manifest.dtype}, chunks 1..{manifest.max_chunk_frames} frames, "
-        f"{entry.size_bytes / 1e6:.1f} MB, {entry.sha256[:23]}…, export check {check.get('snr_db', 'skipped')} dB"
-    )
+    print(artifact_summary(args.out, manifest, args.format))
     return 0
+
+
+def artifact_summary(directory: pathlib.Path, manifest: Manifest, fmt: str) -> str:
+    """One line on an exported artifact; its file's sha256 and the decoder digest are named apart."""
+    entry = manifest.artifacts[fmt]
+    check = entry.export_check or {}
+    return (
+        f"{directory / entry.file}: {manifest.mode} {manifest.dtype}, chunks 1..{manifest.max_chunk_frames} frames, "
+        f"{entry.size_bytes / 1e6:.1f} MB, file {entry.sha256[:23]}…, "
+        f"{digest_label(manifest.codec['decoder_digest'])}, export check {check.get('snr_db', 'skipped')} dB"
+    )
 
 
 def register_parity(subparsers) -> argparse._SubParsersAction:

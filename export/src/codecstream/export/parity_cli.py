@@ -10,7 +10,6 @@ import argparse
 import json
 import pathlib
 import platform
-import shlex
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -112,7 +111,7 @@ def run_decoder_parity(args: argparse.Namespace) -> int:
             "threads": args.threads,
         },
         "versions": toolchain_versions(),
-        "command": _command(args),
+        "command": args.command_line,
     }
     print(f"decoder    {decoder.description}")
     print(f"codes      {codes_source['frames']} frames ({codes_source['source']}), chunks {args.chunking}")
@@ -131,15 +130,6 @@ def publish(report: ParityReport, json_path: pathlib.Path | None, plot_path: pat
         plot_parity(report, plot_path, title)
         print(f"plot       {plot_path}")
     return 0 if report.passed else EXIT_BELOW_THRESHOLD
-
-
-def _command(args: argparse.Namespace) -> str:
-    """The command line that reproduces this report."""
-    words = ["codecstream", "parity", "decoder", "--artifact", str(args.artifact), "--checkpoint", str(args.checkpoint)]
-    words += ["--codes", str(args.codes)] if args.codes else ["--frames", str(args.frames), "--seed", str(args.seed)]
-    words += ["--chunking", args.chunking, "--threshold-db", str(args.threshold_db), "--backend", args.backend]
-    words += ["--threads", str(args.threads)] if args.threads else []
-    return shlex.join(words)
 
 
 def _codes(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray | None, dict]:

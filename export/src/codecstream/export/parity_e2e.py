@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import platform
-import shlex
 
 import numpy as np
 from codecstream.client import Client
@@ -116,9 +115,8 @@ def run_e2e_parity(args: argparse.Namespace) -> int:
         },
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
         "versions": toolchain_versions(),
-        "command": shlex.join(["codecstream", "parity", "e2e", "--server", args.server, "--text", args.text,
-                               "--decoder", str(args.decoder), "--checkpoint", str(args.checkpoint)]),
-    }  # fmt: skip
+        "command": args.command_line,
+    }
     print(f"stream     {stream.header.stream_id}: {len(codes)} frames in {len(chunks)} chunks, "
           f"first audio after {stats.time_to_first_audio_s * 1000:.0f} ms")  # fmt: skip
     print(f"decoder    {decoder.description}")

@@ -34,6 +34,11 @@ def decoder_digest(path: pathlib.Path | str) -> str:
         raise DigestError(f"{path}: a weights file cannot be read: {error.strerror or error}") from None
 
 
+def digest_label(digest: str) -> str:
+    """A decoder digest as a person reads it, named: an artifact file's own sha256 looks the same."""
+    return f"decoder digest {digest[:19]}…"
+
+
 def _digest(files: dict[str, pathlib.Path], tables: dict[pathlib.Path, tuple[dict, int]]) -> str:
     digest = hashlib.sha256()
     for name in sorted(files):

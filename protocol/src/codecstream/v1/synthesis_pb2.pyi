@@ -25,6 +25,12 @@ class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     END_REASON_CANCELLED: _ClassVar[EndReason]
     END_REASON_MAX_FRAMES: _ClassVar[EndReason]
     END_REASON_ERROR: _ClassVar[EndReason]
+
+class ServingState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SERVING_STATE_UNSPECIFIED: _ClassVar[ServingState]
+    SERVING_STATE_SERVING: _ClassVar[ServingState]
+    SERVING_STATE_NOT_SERVING: _ClassVar[ServingState]
 TASK_TYPE_UNSPECIFIED: TaskType
 TASK_TYPE_CUSTOM_VOICE: TaskType
 TASK_TYPE_VOICE_DESIGN: TaskType
@@ -34,6 +40,9 @@ END_REASON_EOS: EndReason
 END_REASON_CANCELLED: EndReason
 END_REASON_MAX_FRAMES: EndReason
 END_REASON_ERROR: EndReason
+SERVING_STATE_UNSPECIFIED: ServingState
+SERVING_STATE_SERVING: ServingState
+SERVING_STATE_NOT_SERVING: ServingState
 
 class SynthesizeRequest(_message.Message):
     __slots__ = ("start", "cancel", "ack", "resume", "text")
@@ -222,7 +231,7 @@ class GetCodecInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCodecInfoResponse(_message.Message):
-    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens", "text_input_timeout_ms", "max_text_input_ms", "max_streams_per_client", "control_messages_per_s", "control_message_burst")
+    __slots__ = ("codec", "model", "server_version", "languages", "task_types", "max_text_chars", "max_frames", "default_chunking", "resume_window_ms", "max_instructions_chars", "max_reference_transcript_chars", "max_reference_audio_bytes", "min_reference_audio_ms", "max_reference_audio_ms", "max_request_bytes", "first_message_timeout_ms", "stalled_client_timeout_ms", "min_clause_chars", "max_segment_chars", "text_idle_ms", "streamed_text_grows", "start_gate_tokens", "text_input_timeout_ms", "max_text_input_ms", "max_streams_per_client", "control_messages_per_s", "control_message_burst", "serving_state", "not_serving_reason")
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +259,8 @@ class GetCodecInfoResponse(_message.Message):
     MAX_STREAMS_PER_CLIENT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_MESSAGES_PER_S_FIELD_NUMBER: _ClassVar[int]
     CONTROL_MESSAGE_BURST_FIELD_NUMBER: _ClassVar[int]
+    SERVING_STATE_FIELD_NUMBER: _ClassVar[int]
+    NOT_SERVING_REASON_FIELD_NUMBER: _ClassVar[int]
     codec: _codec_pb2.CodecSpec
     model: str
     server_version: str
@@ -277,7 +288,9 @@ class GetCodecInfoResponse(_message.Message):
     max_streams_per_client: int
     control_messages_per_s: float
     control_message_burst: int
-    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ..., text_input_timeout_ms: _Optional[int] = ..., max_text_input_ms: _Optional[int] = ..., max_streams_per_client: _Optional[int] = ..., control_messages_per_s: _Optional[float] = ..., control_message_burst: _Optional[int] = ...) -> None: ...
+    serving_state: ServingState
+    not_serving_reason: str
+    def __init__(self, codec: _Optional[_Union[_codec_pb2.CodecSpec, _Mapping]] = ..., model: _Optional[str] = ..., server_version: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., task_types: _Optional[_Iterable[_Union[TaskType, str]]] = ..., max_text_chars: _Optional[int] = ..., max_frames: _Optional[int] = ..., default_chunking: _Optional[_Union[ChunkingPolicy, _Mapping]] = ..., resume_window_ms: _Optional[int] = ..., max_instructions_chars: _Optional[int] = ..., max_reference_transcript_chars: _Optional[int] = ..., max_reference_audio_bytes: _Optional[int] = ..., min_reference_audio_ms: _Optional[int] = ..., max_reference_audio_ms: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., first_message_timeout_ms: _Optional[int] = ..., stalled_client_timeout_ms: _Optional[int] = ..., min_clause_chars: _Optional[int] = ..., max_segment_chars: _Optional[int] = ..., text_idle_ms: _Optional[int] = ..., streamed_text_grows: bool = ..., start_gate_tokens: _Optional[int] = ..., text_input_timeout_ms: _Optional[int] = ..., max_text_input_ms: _Optional[int] = ..., max_streams_per_client: _Optional[int] = ..., control_messages_per_s: _Optional[float] = ..., control_message_burst: _Optional[int] = ..., serving_state: _Optional[_Union[ServingState, str]] = ..., not_serving_reason: _Optional[str] = ...) -> None: ...
 
 class ListDecoderArtifactsRequest(_message.Message):
     __slots__ = ()

@@ -136,7 +136,7 @@ class SynthesisServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetCodecInfo(self, request, context):
-        """The codec this server's codes are for, and its limits and defaults.
+        """The codec this server's codes are for, its limits and defaults, and whether it takes streams now.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -90,13 +90,8 @@ class Admission:
                 f"client {client} exceeded {limits.streams_per_client_per_minute} streams per minute; "
                 f"retry in {wait_s:.1f} s",
             )
-        self._opening[client] += 1
-        try:
+        with held_by(self._opening, client):
             yield
-        finally:
-            self._opening[client] -= 1
-            if not self._opening[client]:
-                del self._opening[client]
 
     def control_message(self, client: str) -> str | None:
         """Count one message after a call's first from `client`: the violation it is when it
@@ -130,10 +125,18 @@ class DownloadShare:
                 f"this client has {self._per_client} decoder downloads running (max_downloads_per_client); "
                 "retry when one has finished",
             )
-        self._held[client] += 1
-        try:
+        with held_by(self._held, client):
             yield
-        finally:
-            self._held[client] -= 1
-            if not self._held[client]:
-                del self._held[client]
+
+
+@contextlib.contextmanager
+def held_by(holds: collections.Counter[str], client: str) -> Iterator[None]:
+    """Count one more hold of `client`'s in `holds` while the block runs; a client that holds
+    nothing any more is forgotten (a server meets many clients once)."""
+    holds[client] += 1
+    try:
+        yield
+    finally:
+        holds[client] -= 1
+        if not holds[client]:
+            del holds[client]

@@ -14,6 +14,7 @@ import grpc
 from codecstream.v1 import synthesis_pb2 as pb
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SynthesisService"].full_name
 
@@ -107,35 +108,25 @@ def _serialized_or(message_class):
     return serialize
 
 
+#: gRPC's handler for a method by (whether the client streams, whether the server streams).
+_HANDLER_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
 def synthesis_handler(servicer) -> grpc.GenericRpcHandler:
-    """The codecstream.v1.SynthesisService methods of `servicer` as one gRPC handler."""
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "Synthesize": grpc.stream_stream_rpc_method_handler(
-                servicer.Synthesize,
-                request_deserializer=_tolerant(pb.SynthesizeRequest),
-                response_serializer=pb.SynthesizeResponse.SerializeToString,
-            ),
-            "GetCodecInfo": grpc.unary_unary_rpc_method_handler(
-                servicer.GetCodecInfo,
-                request_deserializer=_tolerant(pb.GetCodecInfoRequest),
-                response_serializer=pb.GetCodecInfoResponse.SerializeToString,
-            ),
-            "ListVoices": grpc.unary_unary_rpc_method_handler(
-                servicer.ListVoices,
-                request_deserializer=_tolerant(pb.ListVoicesRequest),
-                response_serializer=pb.ListVoicesResponse.SerializeToString,
-            ),
-            "ListDecoderArtifacts": grpc.unary_unary_rpc_method_handler(
-                servicer.ListDecoderArtifacts,
-                request_deserializer=_tolerant(pb.ListDecoderArtifactsRequest),
-                response_serializer=pb.ListDecoderArtifactsResponse.SerializeToString,
-            ),
-            "DownloadDecoderArtifact": grpc.unary_stream_rpc_method_handler(
-                servicer.DownloadDecoderArtifact,
-                request_deserializer=_tolerant(pb.DownloadDecoderArtifactRequest),
-                response_serializer=_serialized_or(pb.DownloadDecoderArtifactResponse),
-            ),
-        },
-    )
+    """Every method of the contract's SynthesisService, answered by the method of `servicer` that
+    has its name: the table comes from the .proto, so a method added there is registered here."""
+    service = pb.DESCRIPTOR.services_by_name["SynthesisService"]
+    handlers = {}
+    for method in service.methods:
+        kind = _HANDLER_KINDS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = kind(
+            getattr(servicer, method.name),
+            request_deserializer=_tolerant(GetMessageClass(method.input_type)),
+            response_serializer=_serialized_or(GetMessageClass(method.output_type)),
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)

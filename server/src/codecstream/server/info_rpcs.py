@@ -1,7 +1,9 @@
 """The RPCs that describe the server: GetCodecInfo (the codec, the model, the limits a client is
-held to) and ListVoices."""
+held to, whether it takes streams now) and ListVoices."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from codecstream.server import __version__
 from codecstream.server.admission import Admission
@@ -26,8 +28,12 @@ class ServerInfo:
         admission: Admission,
         metrics: Metrics,
         max_request_bytes: int,
+        not_serving: Callable[[], str | None],
     ) -> None:
         self._generator = generator
+        #: Why new streams are refused now (None while they are served): the server answers
+        #: GetCodecInfo while its engine starts, restarts or drains.
+        self._not_serving = not_serving
         self._limits = limits
         self._admission = admission
         self._metrics = metrics
@@ -37,6 +43,7 @@ class ServerInfo:
         if isinstance(request, UnreadableMessage):
             return refuse_unary(self._metrics, context, invalid(request.reason))
         source = self._generator
+        not_serving = self._not_serving()
         return pb.GetCodecInfoResponse(
             codec=source.codec,
             model=source.model_name,
@@ -47,6 +54,8 @@ class ServerInfo:
             max_request_bytes=self._max_request_bytes,
             streamed_text_grows=self._generator.grows_streamed_text,
             max_streams_per_client=self._admission.streams_per_client,
+            serving_state=pb.SERVING_STATE_NOT_SERVING if not_serving else pb.SERVING_STATE_SERVING,
+            not_serving_reason=not_serving or "",
         )
 
     async def ListVoices(self, request, context) -> pb.ListVoicesResponse:

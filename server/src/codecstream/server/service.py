@@ -47,9 +47,11 @@ class SynthesisService(synthesis_pb2_grpc.SynthesisServiceServicer):
         self.admission = Admission(limits, lambda: source.engine_slots, clock)
         # Streamed text reaches every source through the segmenter (segmenting.py).
         generator = SegmentingSource(source, limits)
-        self.info = ServerInfo(generator, limits, self.admission, metrics, self.max_request_bytes)
-        self.downloads = DecoderDownloads(limits, metrics, self._caller)
         self.streams = StreamRpcs(generator, limits, metrics, self.admission, self._caller)
+        self.info = ServerInfo(
+            generator, limits, self.admission, metrics, self.max_request_bytes, lambda: self.streams.unavailable
+        )
+        self.downloads = DecoderDownloads(limits, metrics, self._caller)
 
     # -- the RPCs, each answered by its family --------------------------------------------------
 

@@ -66,6 +66,11 @@ class StreamRpcs:
         """Refuse new streams with UNAVAILABLE and `reason`; None: serve them."""
         self._unavailable = reason
 
+    @property
+    def unavailable(self) -> str | None:
+        """Why new streams are refused; None while they are served."""
+        return self._unavailable
+
     async def stop_streams(self, reason: int, message: str) -> None:
         """End every running stream with `reason` (engine failure, shutdown)."""
         running = [session for session in self.sessions.values() if not session.finished]

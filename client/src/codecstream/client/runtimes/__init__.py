@@ -25,6 +25,7 @@ from codecstream.client.runtimes.program import Program
 from codecstream.client.runtimes.torch_eager import EagerTorchDecoder
 from codecstream.protocol.checkpoint_files import has_decoder_weights
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
+from codecstream.protocol.digest import digest_label
 from codecstream.protocol.errors import ManifestError
 from codecstream.protocol.manifest import MANIFEST_FILE, Manifest, read_manifest, verified_artifact_path
 
@@ -249,7 +250,7 @@ def _open_artifact(directory: pathlib.Path, manifest: Manifest, runtime: str, th
         dtype=manifest.dtype,
         max_chunk_frames=manifest.max_chunk_frames,
         description=f"{manifest.mode} {manifest.dtype} {entry.file} on {program.runtime}{quantized}, "
-        f"chunks up to {manifest.max_chunk_frames} frames ({codec.decoder_digest[:19]}…)",
+        f"chunks up to {manifest.max_chunk_frames} frames ({digest_label(codec.decoder_digest)})",
     )
     decoder_class = StatefulArtifactDecoder if manifest.mode == "stateful" else WindowedArtifactDecoder
     return decoder_class(program, manifest, **attributes)

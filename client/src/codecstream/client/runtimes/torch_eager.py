@@ -17,7 +17,7 @@ from codecstream.client.runtimes.loaded import LoadedDecoder
 from codecstream.client.runtimes.program import missing_runtime
 from codecstream.protocol.chunking import DEFAULT_RAMP, MAX_CHUNK_FRAMES
 from codecstream.protocol.codec_spec import qwen3_tts_12hz_spec, spec_differences
-from codecstream.protocol.digest import decoder_digest
+from codecstream.protocol.digest import decoder_digest, digest_label
 from codecstream.protocol.errors import CheckpointError
 from codecstream.v1 import codec_pb2
 
@@ -94,7 +94,7 @@ class EagerTorchDecoder(LoadedDecoder):
             mode="stateful",
             dtype=precision if precision.startswith("bf16") else "fp32",
             max_chunk_frames=MAX_CHUNK_FRAMES,
-            description=f"stateful {how} from {directory} ({digest[:19]}…)",
+            description=f"stateful {how} from {directory} ({digest_label(digest)})",
         )
         self.precision = precision
         if cuda:
