@@ -145,26 +145,12 @@ def test_no_measured_figure_stands_in_two_docs():
     )
 
 
-ENGINE = ROOT / "server" / "src" / "codecstream" / "server" / "engine"
-#: The engine's code is being rewritten beside this test (issue 53); its comments still quote start
-#: times. Strict: the test fails once they are gone, and this mark goes with them.
-ENGINE_PENDING = "the engine's comments still quote measured start times (issue 53, being rewritten)"
-
-
 def part(path: pathlib.Path) -> str:
-    """The part of the tree a source belongs to: its distribution's folder, the server's engine apart."""
-    return "server/engine" if ENGINE in path.parents else path.relative_to(ROOT).parts[0]
+    """The part of the tree a source belongs to: its distribution's folder."""
+    return path.relative_to(ROOT).parts[0]
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=ENGINE_PENDING))
-        if name == "server/engine"
-        else name
-        for name in sorted({part(path) for path in sources()})
-    ],
-)
+@pytest.mark.parametrize("name", sorted({part(path) for path in sources()}))
 def test_no_code_comment_carries_a_measured_figure(name):
     found = [
         f"{path.relative_to(ROOT)}:{line}: {figure}"

@@ -90,8 +90,8 @@ class _TextPacing:
 
     def _enqueue_waiting_request(self, request: Any) -> None:
         # A segmented stream is already speaking when its next segment arrives: queued at the
-        # back, it would fall silent behind every stream that arrived meanwhile (13 s with 50
-        # streams, issue 22). It goes ahead of every first request, behind earlier continuations.
+        # back, it would fall silent behind every stream that arrived meanwhile (seconds, with
+        # tens of streams). It goes ahead of every first request, behind earlier continuations.
         if not continues_a_stream(request.request_id) or self._is_blocked_waiting_status(request.status):
             super()._enqueue_waiting_request(request)
             return

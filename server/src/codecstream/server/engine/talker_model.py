@@ -42,9 +42,9 @@ log = logging.getLogger(__name__)
 #: "codecstream" (the default): codebooks 1-15 from code_predictor/; "vllm-omni": from vLLM-Omni's
 #: own predictor, to measure the difference.
 CODE_PREDICTOR_VARIABLE = "CODECSTREAM_CODE_PREDICTOR"
-#: "1": let vLLM's JIT kernel warm-up run at start. It compiles every kernel vLLM registers (121
-#: compile keys, 79-105 s of a cold 1.7B start on an H100) where a talker uses a handful, and those
-#: are compiled anyway when the start runs them (profiling, graph capture, the warm-up requests).
+#: "1": let vLLM's JIT kernel warm-up run at start. It compiles every kernel vLLM registers (the
+#: longest phase of a cold start, docs/server.md "Start timeline") where a talker uses a handful,
+#: and those compile anyway when the start runs them (profiling, graph capture, the warm-ups).
 #: vLLM-Omni's deploy schema has no key for vLLM's kernel_config, hence a setting of the talker's.
 JIT_WARMUP_VARIABLE = "CODECSTREAM_ENGINE_JIT_WARMUP"
 

@@ -237,8 +237,8 @@ def set_engine_environment() -> None:
     # LLMEngine, which AsyncOmni does not use. Growing requests need the uniproc executor.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # vLLM samples top-k with FlashInfer's kernel, which FlashInfer compiles with nvcc at an
-    # engine's first start: about 100 s of a cold 1.7B start on an H100 (its profiling run
-    # took 107 s with it, 5 s without). PyTorch's top-k over the talker's 3,072 codes is a few
+    # engine's first start: most of a cold start's profiling run (docs/server.md, "Start
+    # timeline"). PyTorch's top-k over the talker's 3,072 codes is a few
     # small kernels a step (the 1.7B serving runs used it), and seeded requests use it anyway:
     # FlashInfer's sampler takes no per-request generators.
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
