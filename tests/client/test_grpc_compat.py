@@ -6,9 +6,7 @@ import asyncio
 import logging
 
 import grpc
-from codecstream.client import code_stream, grpc_compat
-from codecstream.client.code_stream import AsyncCodeStream
-from codecstream.v1 import synthesis_pb2 as pb
+from codecstream.client import grpc_compat
 
 _METHOD = "/test.Compat/Refuse"
 
@@ -77,14 +75,12 @@ def test_a_grpcio_without_the_private_status_reads_as_no_status_known_and_says_s
 
 def test_without_the_private_status_the_stand_in_internal_error_reaches_the_caller_as_it_is(monkeypatch):
     # What the client did before it read the status at all: no refusal is invented.
-    monkeypatch.setattr(code_stream, "_REAL_STATUS_WAIT_S", 0.05)
+    monkeypatch.setattr(grpc_compat, "_REAL_STATUS_WAIT_S", 0.05)
     stand_in = grpc.aio.AioRpcError(
-        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), code_stream._WRITE_AFTER_CLOSE
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), grpc_compat._WRITE_AFTER_CLOSE
     )
 
     async def resolved() -> grpc.RpcError:
-        stream = AsyncCodeStream(stub=None, start=pb.Start(text="hello"))
-        stream._call = object()
-        return await stream._server_status(stand_in)
+        return await grpc_compat.server_status(stand_in, object(), None)
 
     assert asyncio.run(resolved()) is stand_in

@@ -399,10 +399,11 @@ class SlowLoadingService(CodecstreamTTSService):
 
     loaded_at = None
 
-    async def _load_decoder(self) -> None:
+    async def _load_decoder(self):
         await asyncio.sleep(1.5)
-        await super()._load_decoder()
+        decoder = await super()._load_decoder()
         self.loaded_at = time.monotonic()
+        return decoder
 
 
 @pytest.mark.asyncio

@@ -17,7 +17,7 @@ import time
 import grpc
 import numpy as np
 from codecstream.client.errors import CONNECTION_LOST, StreamEnded, Unavailable, from_rpc_error
-from codecstream.client.grpc_compat import latest_status
+from codecstream.client.grpc_compat import latest_status, server_status
 from codecstream.protocol.metadata import REPLICA_HEADER
 from codecstream.protocol.reassembler import ReceivedChunk, StreamReassembler
 from codecstream.v1 import synthesis_pb2 as pb
@@ -28,8 +28,6 @@ _CLOSE = object()
 _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 #: What grpc.aio reports when the client writes a message after the server has closed the call
 #: (grpc/grpc#36066): a stand-in the server's own status replaces a moment later.
-_WRITE_AFTER_CLOSE = "Internal error from Core"
-_REAL_STATUS_WAIT_S = 1.0
 
 
 class AsyncCodeStream:
@@ -162,7 +160,7 @@ class AsyncCodeStream:
         self._answered.set()
 
     def _note_first_status(self, call) -> None:
-        # The status the call ended with before anything could overwrite it (see _server_status).
+        # The status the call ended with before anything could overwrite it (see server_status).
         self._first_status = latest_status(call)
 
     def _remaining(self) -> float | None:
@@ -196,7 +194,7 @@ class AsyncCodeStream:
                 return None
             except grpc.RpcError as error:
                 try:
-                    await self._reattach(await self._server_status(error))
+                    await self._reattach(await server_status(error, self._call, self._first_status))
                 except BaseException:
                     self._end_requests()
                     raise
@@ -235,7 +233,7 @@ class AsyncCodeStream:
                     pb.End(reason=pb.END_REASON_ERROR, message="server closed the resumed stream without a Header")
                 ) from None
             except grpc.RpcError as error:
-                error = await self._server_status(error)
+                error = await server_status(error, self._call, self._first_status)
                 if error.code() not in CONNECTION_LOST:
                     raise from_rpc_error(error, resuming=True) from None  # NOT_FOUND, OUT_OF_RANGE, ...
                 last = error
@@ -246,23 +244,6 @@ class AsyncCodeStream:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _LONGEST_RETRY_S)
-
-    async def _server_status(self, error: grpc.RpcError) -> grpc.RpcError:
-        """`error`, or, when it is grpc.aio's stand-in for a write that raced the server closing the
-        call (the first message can), the status the server sent: a refusal must reach the caller
-        as the refusal it is. grpc.aio keeps the latest status on its core call (grpc_compat): the
-        server's arrives either before the stand-in (then the done callback noted it) or just after it."""
-        if error.code() != grpc.StatusCode.INTERNAL or error.details() != _WRITE_AFTER_CLOSE:
-            return error
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + _REAL_STATUS_WAIT_S
-        while True:
-            for status in (self._first_status, latest_status(self._call)):
-                if status is not None and status.details() != _WRITE_AFTER_CLOSE:
-                    return status
-            if loop.time() >= give_up_at:
-                return error
-            await asyncio.sleep(0.01)
 
     # -- iteration -----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ warning says so once per process.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
@@ -24,6 +25,10 @@ import grpc
 log = logging.getLogger(__name__)
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+#: grpc.aio's stand-in status for a write that raced the server closing the call (grpc/grpc#36066).
+_WRITE_AFTER_CLOSE = "Internal error from Core"
+#: How long the server's own status may take to follow the stand-in.
+_REAL_STATUS_WAIT_S = 1.0
 
 
 def latest_status(call: grpc.aio.Call) -> grpc.aio.AioRpcError | None:
@@ -52,3 +57,23 @@ def _report_missing_status(version: str) -> None:
         "a write is reported as INTERNAL 'Internal error from Core' (grpc/grpc#36066)",
         version,
     )
+
+
+async def server_status(
+    error: grpc.RpcError, call: grpc.aio.Call, first_status: grpc.aio.AioRpcError | None
+) -> grpc.RpcError:
+    """`error`, or, when it is grpc.aio's stand-in for a write that raced the server closing the
+    call (the first message can), the status the server sent: a refusal must reach the caller as
+    the refusal it is. The server's arrives either before the stand-in (`first_status`, noted by a
+    done callback when the call ended) or just after it (the call's latest status)."""
+    if error.code() != grpc.StatusCode.INTERNAL or error.details() != _WRITE_AFTER_CLOSE:
+        return error
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + _REAL_STATUS_WAIT_S
+    while True:
+        for status in (first_status, latest_status(call)):
+            if status is not None and status.details() != _WRITE_AFTER_CLOSE:
+                return status
+        if loop.time() >= give_up_at:
+            return error
+        await asyncio.sleep(0.01)

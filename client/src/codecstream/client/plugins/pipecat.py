@@ -45,7 +45,7 @@ import contextlib
 import dataclasses
 import inspect
 import pathlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from codecstream.client.client import AsyncClient
 from codecstream.client.decoder_download import AUTO
@@ -127,6 +127,39 @@ class _Turn:
         return self.speech.text
 
 
+class _DecoderLoad:
+    """The service's decoder: loading beside the pipeline's start, loaded again by the first turn
+    after a load that failed (a server down or restarting when the bot started). A failure is kept
+    for the turn that waited for it: Pipecat's tasks swallow exceptions."""
+
+    def __init__(self, create_task: Callable[..., asyncio.Task], load: Callable[[], Awaitable[LoadedDecoder]]):
+        self._create_task = create_task
+        self._load = load
+        self.decoder: LoadedDecoder | None = None
+        #: Why the last load failed (the next turn loads again).
+        self.error: CodecStreamError | None = None
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = self._create_task(self._run(), "codecstream-decoder-load")
+
+    async def _run(self) -> None:
+        try:
+            self.decoder, self.error = await self._load(), None
+        except CodecStreamError as error:
+            self.error = error
+
+    async def ready(self) -> LoadedDecoder:
+        """The decoder, loading it again where the last load failed; raises that load's error."""
+        if self.decoder is None:
+            if self.task is None or self.task.done():
+                self.start()
+            await asyncio.shield(self.task)
+            if self.decoder is None:  # an error other than codecstream's is in Pipecat's log
+                raise self.error or DecoderLoadError("loading the decoder failed (see the log)")
+        return self.decoder
+
+
 class CodecstreamTTSService(TTSService):
     """Pipecat TTS service backed by a codecstream server, decoding on this machine."""
 
@@ -176,8 +209,7 @@ class CodecstreamTTSService(TTSService):
         self._backend = backend
         self._stall_timeout_s = stall_timeout_s
         self._client: AsyncClient | None = None
-        self._decoder: LoadedDecoder | None = None
-        self._decoder_loading: asyncio.Task | None = None
+        self._decoder = _DecoderLoad(self.create_task, self._load_decoder)
         self._turns: dict[str, _Turn] = {}
         #: Turns whose stream failed (refused, stalled, broken) while the reply was being written: its
         #: later text has nowhere to go, and the audio context stays open (one TTSStartedFrame) until
@@ -187,8 +219,6 @@ class CodecstreamTTSService(TTSService):
         self._explained: set[str] = set()
         #: The context whose end Pipecat is completing (_apply_force_complete).
         self._completing: str | None = None
-        #: Why the last load of the decoder failed (the next turn loads again).
-        self._decoder_error: CodecStreamError | None = None
         #: The type of the text run_tts is about to get (Pipecat's text_transforms are chosen by it).
         self._text_type = "*"
 
@@ -214,36 +244,18 @@ class CodecstreamTTSService(TTSService):
         self._client = AsyncClient(self._target, **self._client_options)
         # The decoder loads beside the pipeline's start (a download, a first compile: seconds with an
         # empty cache), not before it: only a turn needs it, and the first one waits for what is left.
-        self._decoder_loading = self.create_task(self._load_at_start(), "codecstream-decoder-load")
+        # A failed load is not an ErrorFrame (no turn failed): the next turn loads again and says why.
+        self._decoder.start()
 
-    async def _load_at_start(self) -> None:
-        await self._load_decoder()
-        if self._decoder_error is not None:
-            # Not an ErrorFrame: no turn failed. The next turn loads again and reports what it meets.
-            logger.warning(f"{self}: loading the decoder failed (the next turn tries again): {self._decoder_error}")
-
-    async def _load_decoder(self) -> None:
-        """Load the decoder (weights, runtime sessions, warmed); every turn decodes with its own state.
-        A failure is kept in `_decoder_error` (Pipecat's tasks swallow exceptions) for the turn that
-        waited for this load."""
+    async def _load_decoder(self) -> LoadedDecoder:
+        """The decoder (weights, runtime sessions, warmed); every turn decodes with its own state."""
         try:
             info = await self._client.codec_info()
             self._stop_frame_timeout_s = info.text_input_timeout_ms / 1000 + QUIET_MARGIN_S
-            self._decoder = await self._client.open_decoder(self._decoder_source, backend=self._backend)
-            self._decoder_error = None
+            return await self._client.open_decoder(self._decoder_source, backend=self._backend)
         except CodecStreamError as error:
-            self._decoder_error = error
-
-    async def _ready(self) -> LoadedDecoder:
-        """The decoder: the one loading since the start, or, after a load that failed (a server down
-        or restarting when the bot started), loaded again for this turn. Raises that load's error."""
-        if self._decoder is None:
-            if self._decoder_loading is None or self._decoder_loading.done():
-                self._decoder_loading = self.create_task(self._load_decoder(), "codecstream-decoder-load")
-            await asyncio.shield(self._decoder_loading)
-            if self._decoder is None:  # an error other than codecstream's is in Pipecat's log
-                raise self._decoder_error or DecoderLoadError("loading the decoder failed (see the log)")
-        return self._decoder
+            logger.warning(f"{self}: loading the decoder failed (the next turn tries again): {error}")
+            raise
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)
@@ -254,8 +266,8 @@ class CodecstreamTTSService(TTSService):
         await self._close()
 
     async def _close(self) -> None:
-        if self._decoder_loading is not None and not self._decoder_loading.done():
-            await self.cancel_task(self._decoder_loading)
+        if self._decoder.task is not None and not self._decoder.task.done():
+            await self.cancel_task(self._decoder.task)
         for context_id in list(self._turns):
             await self._cancel_turn(context_id)
         if self._client is not None:
@@ -317,7 +329,7 @@ class CodecstreamTTSService(TTSService):
         turn = self._turns.get(context_id)
         try:
             if turn is None:
-                turn = self._open_turn(context_id, await self._ready())
+                turn = self._open_turn(context_id, await self._decoder.ready())
             if self._text_aggregation_mode is TextAggregationMode.SENTENCE:
                 # Pipecat strips the space between its sentences: without it "there.The" would be
                 # one word to the tokenizer and to the word timings.
