@@ -77,10 +77,6 @@ NOT_MEASURED = {
     "40 dB": "the parity floor of `codecstream parity`",
     "60 dB": "the parity target of a reduced-precision artifact",
 }
-#: Sections whose figures are being replaced as a whole: figures there may stand in docs/performance.md
-#: too until then. docs/server.md's GPU section quotes the H100 start and lane runs that the next GPU
-#: run replaces (issue 53, the GPU sections' owner); remove the entry with that change.
-BEING_REPLACED = {"docs/server.md": "## On a GPU"}
 
 
 def figures(text: str) -> list[str]:
@@ -93,19 +89,6 @@ def figures(text: str) -> list[str]:
         if figure not in NOT_MEASURED:
             found.append(figure)
     return found
-
-
-def checked_text(doc: pathlib.Path) -> str:
-    """A doc's text less any section BEING_REPLACED (from its heading to the next of its level or above)."""
-    text = doc.read_text()
-    heading = BEING_REPLACED.get(str(doc.relative_to(ROOT)))
-    if heading is None:
-        return text
-    level = heading.split(" ")[0]
-    start = text.index(f"\n{heading}") + 1
-    ends = [text.find("\n" + "#" * n + " ", start + 1) for n in range(1, len(level) + 1)]
-    end = min([e for e in ends if e != -1], default=len(text))
-    return text[:start] + text[end:]
 
 
 def comments(path: pathlib.Path) -> list[tuple[int, str]]:
@@ -136,7 +119,7 @@ def test_the_figure_pattern_reads_measurements_and_leaves_targets_and_facts():
 def test_no_measured_figure_stands_in_two_docs():
     docs_of = collections.defaultdict(set)
     for doc in DOCS:
-        for figure in figures(checked_text(doc)):
+        for figure in figures(doc.read_text()):
             docs_of[figure].add(str(doc.relative_to(ROOT)))
     twice = {figure: sorted(docs) for figure, docs in sorted(docs_of.items()) if len(docs) > 1}
     assert not twice, (
