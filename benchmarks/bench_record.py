@@ -147,6 +147,14 @@ def percentiles(values) -> dict:
     return {name: float(np.percentile(array, q)) for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
 
 
+def cdf_ms(seconds) -> list[float]:
+    """The distribution of `seconds` in ms at every percent, 0 to 100: what a plot of it draws, without
+    the raw samples (a long run has hundreds of thousands)."""
+    if len(seconds) == 0:
+        return []
+    return [round(float(v) * 1000, 2) for v in np.percentile(np.asarray(seconds, dtype=float), np.arange(101))]
+
+
 #: Versions every record carries, beside those its benchmark names: codecstream's own distributions
 #: and what every role runs on.
 BASE_PACKAGES = (

@@ -45,7 +45,7 @@ import time
 
 import grpc
 import numpy as np
-from bench_record import RESULTS, machine, percentiles, versions, write_record
+from bench_record import RESULTS, cdf_ms, machine, percentiles, versions, write_record
 from bench_servers import ServerProcess, split_cores
 from codecstream.server.limits import ServerLimits
 from codecstream.v1 import synthesis_pb2 as pb
@@ -262,9 +262,10 @@ def phase(target: str, variant: str, args, hostile: str | None, seconds: float |
     return {
         "streams_run": int(sum(streams)),
         "frame_gap_ms": {k: v * 1000 for k, v in percentiles(gaps).items()},
-        "frame_gaps_s": [round(g, 5) for g in gaps],
+        "frame_gaps": len(gaps),
+        "frame_gap_ms_cdf": cdf_ms(gaps),
         "health_latency_ms": {k: v * 1000 for k, v in percentiles(health).items()},
-        "health_latencies_s": [round(h, 5) for h in health],
+        "health_latency_ms_cdf": cdf_ms(health),
         "hostile_requests": rest[0] if rest else [],
     }
 
@@ -331,7 +332,7 @@ def run_variant(variant: str, args, folder: pathlib.Path) -> dict:
             phases[name] = result = phase(server.target, variant, args, None if name == "quiet" else name)
             result["server_loop_lag"] = loop_lag(before, server.metrics(SERVER_METRICS))
             print(
-                f"  {name}: {len(result['frame_gaps_s'])} frame gaps, "
+                f"  {name}: {result['frame_gaps']} frame gaps, "
                 f"cadence p99 {result['frame_gap_ms']['p99']:.0f} ms, "
                 f"health max {result['health_latency_ms']['max']:.1f} ms, "
                 f"{len(result['hostile_requests'])} hostile requests",
@@ -586,11 +587,11 @@ def plot(report: dict, path: pathlib.Path) -> None:
     fig, axes = plt.subplots(2, len(variants), figsize=(6 * len(variants), 7), squeeze=False)
     for column, variant in enumerate(variants):
         result = report["variants"][variant]
-        for row, (key, title) in enumerate((("frame_gaps_s", "gap between frames at the client"),
-                                            ("health_latencies_s", "health check latency"))):  # fmt: skip
+        for row, (key, title) in enumerate((("frame_gap_ms_cdf", "gap between frames at the client"),
+                                            ("health_latency_ms_cdf", "health check latency"))):  # fmt: skip
             axis = axes[row][column]
             for phase_name in PHASES:
-                values = np.sort(np.asarray(result[phase_name][key]) * 1000)
+                values = result[phase_name][key]
                 if len(values):
                     axis.plot(values, np.linspace(0, 1, len(values)), label=phase_name)
             axis.set_xscale("log")

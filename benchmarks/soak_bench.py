@@ -66,7 +66,7 @@ import time
 
 import grpc
 import numpy as np
-from bench_record import RESULTS, machine, percentiles, random_codes, versions, write_record
+from bench_record import RESULTS, cdf_ms, machine, percentiles, random_codes, versions, write_record
 from bench_servers import ServerProcess, split_cores
 from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.server.limits import ServerLimits
@@ -422,14 +422,6 @@ def hostile_part(server: ServerProcess, args, seconds: float, attacker: tuple | 
         "gc_pauses": gc_pauses(metrics_before, metrics_after),
         "frame_gap_ms_cdf": cdf_ms(gaps),
     }
-
-
-def cdf_ms(seconds: list[float]) -> list[float]:
-    """The distribution of `seconds` in ms at every percent, 0 to 100: what the plot draws, without the
-    raw samples (a 20-minute run has some 200,000 gaps)."""
-    if not seconds:
-        return []
-    return [round(float(v) * 1000, 2) for v in np.percentile(np.asarray(seconds, dtype=float), np.arange(101))]
 
 
 def plot(report: dict, path: pathlib.Path) -> None:
