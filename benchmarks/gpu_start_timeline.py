@@ -24,7 +24,7 @@ import datetime
 import json
 import re
 
-from bench_record import RESULTS, machine
+from bench_record import RESULTS, machine, write_record
 
 _VLLM_TIME = re.compile(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) ")
 _OWN_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -97,9 +97,7 @@ def main() -> None:
             }
     record = {"benchmark": "gpu_start_timeline", "device": args.device, "note": args.note, "machine": machine()}
     record["starts"] = starts
-    out = RESULTS / f"{args.out}.json"
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    plot(starts, args.device, RESULTS / f"{args.out}.png")
+    write_record(record, RESULTS / f"{args.out}.json", plot=lambda record, path: plot(starts, args.device, path))
     for label, start in starts.items():
         print(f"{label}: {start['to_serving_s']:.1f} s", json.dumps(start["phases_s"]))
 
