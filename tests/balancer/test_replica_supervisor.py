@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+import psutil
 import pytest
 from codecstream.server import replica_supervisor
 from codecstream.server.replica_supervisor import ReplicaSupervisor, replica_specs
@@ -66,3 +67,19 @@ def test_each_replica_is_told_its_own_ports_on_loopback(tmp_path):
         ["--host", "127.0.0.1", "--port", "50062", "--metrics-port", "9102"],
     ]
     assert [spec.name for spec in specs] == ["gpu2", "gpu5"]
+
+
+def test_what_a_dead_replica_started_is_killed_before_it_restarts(tmp_path, clock):
+    # A "server" that leaves a child behind (as vLLM's engine core can, holding the GPU's memory).
+    orphan_file = tmp_path / "orphan"
+    leaves_a_child = (
+        f"import subprocess; child = subprocess.Popen(['sleep', '300']); "
+        f"open({str(orphan_file)!r}, 'w').write(str(child.pid)); raise SystemExit(3)"
+    )
+    supervisor = ReplicaSupervisor(sys.executable, replica_specs(("0",), 1, 2), ["-c", leaves_a_child], tmp_path)
+    supervisor.start_all()
+    supervisor.replicas["gpu0"].process.wait(30)
+    orphan = psutil.Process(int(orphan_file.read_text()))
+    supervisor.check()
+    orphan.wait(10)
+    assert not orphan.is_running()

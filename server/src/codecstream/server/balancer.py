@@ -482,8 +482,9 @@ def main(argv: list[str] | None = None) -> int:
         supervisor = None
         if config.started_here:
             supervisor = ReplicaSupervisor(server, config.started_here, server_args, nginx.runtime_dir)
-            supervisor.start_all()
         try:
+            if supervisor is not None:
+                supervisor.start_all()
             asyncio.run(serve(config, nginx, args, supervisor))
         finally:
             nginx.stop(graceful=False)

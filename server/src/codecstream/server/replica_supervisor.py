@@ -143,8 +143,8 @@ class ReplicaSupervisor:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "CUDA_VISIBLE_DEVICES": spec.device, "PYTHONUNBUFFERED": "1"},
-                # Its own process group: a Ctrl-C at the balancer's terminal reaches the balancer,
-                # which stops the replicas in order.
+                # A session of its own: a Ctrl-C at the balancer's terminal reaches the balancer,
+                # which stops the replicas in order, and what a replica leaves behind can be found.
                 start_new_session=True,
             )
         state.started_at = time.monotonic()
@@ -158,6 +158,9 @@ class ReplicaSupervisor:
             if state.process is None or state.process.poll() is None:
                 continue
             if state.restart_at is None:
+                # What it started (vLLM's engine core) may outlive it, holding the GPU's memory
+                # that its successor needs: its session goes with it.
+                _kill_session(state.process)
                 ran_s = now - state.started_at
                 wait_s = FIRST_BACKOFF_S if ran_s >= STABLE_S else state.backoff_s
                 state.restart_at = now + wait_s
@@ -184,3 +187,12 @@ class ReplicaSupervisor:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            _kill_session(process)
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of the session a replica leads (it was started as a session's leader)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
