@@ -208,20 +208,22 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def scrape(url: str) -> dict[str, float]:
-    """Samples of a Prometheus text endpoint by full sample name (labels included); {} if unreachable."""
-    try:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-    except OSError:
-        return {}
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            try:
-                samples[name] = float(value)
-            except ValueError:
-                pass
+def scrape(urls: str) -> dict[str, float]:
+    """Samples of Prometheus text endpoints by full sample name (labels included), summed over the
+    comma-separated `urls` (the replicas behind a balancer); an unreachable one adds nothing."""
+    samples: dict[str, float] = {}
+    for url in urls.split(","):
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    samples[name] = samples.get(name, 0.0) + float(value)
+                except ValueError:
+                    pass
     return samples
 
 
@@ -762,7 +764,9 @@ def main() -> int:
         " started by this run; needs --metrics-url",
     )
     parser.add_argument(
-        "--metrics-url", help="codecstream with --target: its /metrics, e.g. http://127.0.0.1:9100/metrics"
+        "--metrics-url",
+        help="codecstream with --target: its /metrics, e.g. http://127.0.0.1:9100/metrics; comma-separated for "
+        "the replicas behind a balancer (summed)",
     )
     parser.add_argument(
         "--ready-timeout",

@@ -2,6 +2,11 @@
 their gRPC health.
 
     codecstream-balancer --listen 0.0.0.0:50051 --replica r0=10.0.0.5:50051 --replica r1=10.0.0.6:50051
+    codecstream-balancer --listen 0.0.0.0:50051 --gpus all -- --model Qwen/Qwen3-TTS-12Hz-1.7B-Base
+
+With `--gpus` it starts the replicas itself, one codecstream-server per GPU of this host, each
+seeing its own device, with the arguments after `--` (codecstream.server.replica_supervisor), and
+restarts one whose process exits; the health poll below drains it meanwhile.
 
 nginx balances each Synthesize call (an HTTP/2 stream) to the replica with the fewest open calls
 and proxies it unbuffered both ways. Open-source nginx has no active health checks, so this
@@ -38,6 +43,15 @@ import time
 
 import grpc
 from codecstream.protocol.metadata import REPLICA_HEADER
+from codecstream.server.replica_supervisor import (
+    ReplicaSpec,
+    ReplicaSpecError,
+    ReplicaSupervisor,
+    check_server_args,
+    find_server,
+    parse_gpus,
+    replica_specs,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 log = logging.getLogger("codecstream.balancer")
@@ -76,6 +90,8 @@ class Replica:
 class BalancerConfig:
     listen: str
     replicas: tuple[Replica, ...]
+    #: With --gpus: the replicas this balancer starts (the same as `replicas`, with devices and ports).
+    started_here: tuple[ReplicaSpec, ...] = ()
     #: Longest silence nginx allows in either direction of a call; codecstream-server's own
     #: timeouts (first message, stalled client, keepalive) end dead calls long before.
     stream_timeout_s: int = 3600
@@ -199,14 +215,18 @@ class NginxProcess:
         raise BalancerError(f"nginx exited at start: {_last_line(self.process.stderr.read().decode())}")
 
     def reload(self, timeout_s: float = 5.0) -> None:
-        """Load the written configuration and return once new workers accept calls with it (the
-        old ones stop accepting then, and finish the calls they carry)."""
+        """Load the written configuration and return once new workers accept calls with it and the
+        old ones no longer do (they finish the calls they carry). Until an old worker closes its
+        listening socket it still takes new connections, and routes them by the old pool."""
         if self.process is None or self.process.poll() is not None:
             return
         before = self._workers()
         self.process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + timeout_s
         while not (self._workers() - before) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        listening = _listening_sockets() & _sockets(self.process.pid)
+        while any(_sockets(pid) & listening for pid in before) and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def _workers(self) -> set[int]:
@@ -242,6 +262,37 @@ class NginxProcess:
         if flag:
             command.append(flag)
         return command
+
+
+def _sockets(pid: int) -> set[str]:
+    """The inodes of the sockets a process holds ({} once it exited)."""
+    found = set()
+    try:
+        for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                found.add(target[8:-1])
+    except OSError:
+        pass
+    return found
+
+
+def _listening_sockets() -> set[str]:
+    """The inodes of this host's listening TCP sockets (state 0A in /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A":
+                found.add(fields[9])
+    return found
 
 
 def _last_line(text: str) -> str:
@@ -301,7 +352,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT nginx serves gRPC on")
     parser.add_argument(
-        "--replica", action="append", required=True, metavar="NAME=HOST:PORT", help="a codecstream-server (repeat)"
+        "--replica", action="append", default=[], metavar="NAME=HOST:PORT", help="a codecstream-server (repeat)"
+    )
+    parser.add_argument(
+        "--gpus",
+        metavar="all|0,1,...",
+        help="start one codecstream-server per device here instead (replicas gpu0, gpu1, ...); "
+        "its arguments follow `--`",
+    )
+    parser.add_argument(
+        "--server", default="codecstream-server", help="with --gpus: the server program (default: on PATH)"
+    )
+    parser.add_argument(
+        "--replica-port", type=int, default=50061, help="with --gpus: the first replica's gRPC port (then +1 each)"
+    )
+    parser.add_argument(
+        "--replica-metrics-port",
+        type=int,
+        default=9101,
+        help="with --gpus: the first replica's metrics port (then +1 each)",
     )
     parser.add_argument("--health-interval", type=float, default=0.5, metavar="SECONDS", help="poll period")
     parser.add_argument("--health-timeout", type=float, default=1.0, metavar="SECONDS", help="one check's limit")
@@ -313,8 +382,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_config(args: argparse.Namespace) -> BalancerConfig:
-    replicas = tuple(Replica.parse(text) for text in args.replica)
+def split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The balancer's arguments, and the replicas' after `--`."""
+    if "--" not in argv:
+        return argv, []
+    index = argv.index("--")
+    return argv[:index], argv[index + 1 :]
+
+
+def parse_config(args: argparse.Namespace, server_args: list[str] | None = None) -> BalancerConfig:
+    if bool(args.gpus) == bool(args.replica):
+        raise BalancerError("give either --replica (replicas started elsewhere) or --gpus (started here)")
+    if server_args and not args.gpus:
+        raise BalancerError("server arguments after `--` need --gpus (the balancer starts no replica without it)")
+    if args.gpus:
+        try:
+            check_server_args(server_args or [])
+            specs = replica_specs(parse_gpus(args.gpus), args.replica_port, args.replica_metrics_port)
+        except ReplicaSpecError as error:
+            raise BalancerError(str(error)) from None
+        if not all(0 < port < 65536 for spec in specs for port in (spec.port, spec.metrics_port)):
+            raise BalancerError("--replica-port and --replica-metrics-port: every replica's port must be 1-65535")
+        replicas = tuple(Replica(spec.name, spec.address) for spec in specs)
+    else:
+        specs = ()
+        replicas = tuple(Replica.parse(text) for text in args.replica)
     for field in ("name", "address"):
         values = [getattr(replica, field) for replica in replicas]
         if len(set(values)) != len(values):
@@ -323,10 +415,19 @@ def parse_config(args: argparse.Namespace) -> BalancerConfig:
         raise BalancerError(f"--listen {args.listen[:80]!r}: expected HOST:PORT")
     if not 0.05 <= args.health_interval <= 60 or not 0.05 <= args.health_timeout <= 60:
         raise BalancerError("--health-interval and --health-timeout must be 0.05-60 seconds")
-    return BalancerConfig(args.listen, replicas)
+    return BalancerConfig(args.listen, replicas, specs)
 
 
-async def serve(config: BalancerConfig, nginx: NginxProcess, args: argparse.Namespace) -> None:
+async def supervise(supervisor: ReplicaSupervisor, interval_s: float) -> None:
+    """Restart the replicas whose process exited, for as long as the balancer runs."""
+    while True:
+        supervisor.check()
+        await asyncio.sleep(interval_s)
+
+
+async def serve(
+    config: BalancerConfig, nginx: NginxProcess, args: argparse.Namespace, supervisor: ReplicaSupervisor | None = None
+) -> None:
     watch = HealthWatch(config, nginx, args.health_interval, args.health_timeout)
     # Start with the replicas that are serving now, so nginx never takes calls to a cold pool.
     watch.healthy = await watch.poll()
@@ -341,22 +442,28 @@ async def serve(config: BalancerConfig, nginx: NginxProcess, args: argparse.Name
     poller = asyncio.create_task(watch.run())
     exited = asyncio.create_task(asyncio.to_thread(nginx.process.wait))
     stopped = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({poller, exited, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    poller.cancel()
+    watched = {poller, exited, stopped}
+    if supervisor is not None:
+        watched.add(asyncio.create_task(supervise(supervisor, args.health_interval)))
+    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    for task in watched - {exited}:
+        task.cancel()
     await watch.close()
     if exited in done:
         raise BalancerError(f"nginx exited with status {nginx.process.returncode}; see {nginx.runtime_dir}/error.log")
-    if poller in done and poller.exception() is not None:
-        nginx.stop(graceful=False)
-        raise BalancerError(str(poller.exception()))
+    for task in done - {exited, stopped}:
+        if task.exception() is not None:
+            nginx.stop(graceful=False)
+            raise BalancerError(str(task.exception()))
     nginx.stop(graceful=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    own_args, server_args = split_server_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own_args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = parse_config(args)
+        config = parse_config(args, server_args)
         if args.print_config:
             directory = args.runtime_dir or pathlib.Path("/var/lib/codecstream-balancer")
             print(render_nginx_config(config, {replica.name for replica in config.replicas}, directory), end="")
@@ -365,13 +472,24 @@ def main(argv: list[str] | None = None) -> int:
         binary = shutil.which(args.nginx) or shutil.which(args.nginx, path="/usr/sbin:/usr/local/sbin")
         if binary is None:
             raise BalancerError(f"{args.nginx!r} not found: install nginx (Debian: apt-get install nginx)")
+        try:
+            server = find_server(args.server) if config.started_here else None
+        except ReplicaSpecError as error:
+            raise BalancerError(str(error)) from None
         runtime_dir = args.runtime_dir or pathlib.Path(tempfile.mkdtemp(prefix="codecstream-balancer-"))
         runtime_dir.mkdir(parents=True, exist_ok=True)
         nginx = NginxProcess(binary, runtime_dir.resolve())
+        supervisor = None
+        if config.started_here:
+            supervisor = ReplicaSupervisor(server, config.started_here, server_args, nginx.runtime_dir)
         try:
-            asyncio.run(serve(config, nginx, args))
+            if supervisor is not None:
+                supervisor.start_all()
+            asyncio.run(serve(config, nginx, args, supervisor))
         finally:
             nginx.stop(graceful=False)
+            if supervisor is not None:
+                supervisor.stop_all()
     except BalancerError as error:
         print(f"codecstream-balancer: {error}", file=sys.stderr)
         return EXIT_STARTUP_FAILED
