@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from codecstream.server.engine.repetition_penalty import DEVICE_PENALTIES
 from codecstream.server.engine.text_feed import TEXT_FEEDS
 from codecstream.server.request_ids import continues_a_stream
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
@@ -119,10 +120,15 @@ class _TextPacing:
             TEXT_FEEDS.get(request.request_id).held_schedules += 1
         return False
 
+    def add_request(self, request: Any) -> None:
+        DEVICE_PENALTIES.admit(request.request_id, request.sampling_params)
+        super().add_request(request)
+
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         if request in self._parked:
             self._parked.remove(request)
         TEXT_FEEDS.finished(request.request_id)
+        DEVICE_PENALTIES.release(request.request_id)
         return super()._free_request(request, *args, **kwargs)
 
     @staticmethod

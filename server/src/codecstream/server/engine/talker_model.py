@@ -30,9 +30,10 @@ import os
 from typing import Any
 
 import torch
-from codecstream.server.engine import code_predictor_noise, step_outputs
+from codecstream.server.engine import code_predictor_noise, repetition_penalty, step_outputs
 from codecstream.server.engine.code_predictor.runner import CodePredictorRunner
 from codecstream.server.engine.code_predictor_noise import CodePredictorNoise
+from codecstream.server.engine.repetition_penalty import DEVICE_PENALTIES
 from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
@@ -66,6 +67,9 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             log.info(
                 "the code predictor's noise is drawn per request and frame, outside graphs (%d rows)", self._max_rows
             )
+        if repetition_penalty.enabled():
+            vocabulary = int(self.talker_config.vocab_size)
+            DEVICE_PENALTIES.attach(vocabulary, scheduler.max_num_seqs, self.text_embedding.weight.device)
         choice = os.environ.get(CODE_PREDICTOR_VARIABLE, "codecstream")
         if choice not in ("codecstream", "vllm-omni"):
             raise ValueError(f"{CODE_PREDICTOR_VARIABLE} is {choice!r}, expected codecstream or vllm-omni")
@@ -154,6 +158,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         decode = feed is not None and int(input_ids.shape[0]) == 1 and not info_dict.get("_omni_is_prefill", False)
         if decode:
             self._grow(info_dict, feed)
+        # The prompt's ids (a prefill chunk) or the last sampled one (a decode row).
+        DEVICE_PENALTIES.mark([info_dict.get("request_id", "")], input_ids)
         input_ids_out, embeds, update = super().preprocess(input_ids=input_ids, input_embeds=input_embeds, **info_dict)
         if first_prefill and "trailing_text" in update.get("hidden_states", {}):
             # The builder ends the text with tts_eos; a growing text gets it when its input ends.
@@ -170,6 +176,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 self._grow(info, feed)
         if self._noise is not None:
             self._noise.fill(req_infos)
+        # Each row's input is the codebook-0 id its request sampled last step.
+        DEVICE_PENALTIES.mark([info.get("request_id", "") for info in req_infos], input_ids)
         batch = super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
         if self._batched_outputs:
             for update in batch[-1]:
@@ -204,10 +212,12 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
 
     def compute_logits(self, hidden_states: Any, sampling_metadata: Any = None) -> torch.Tensor | None:
         logits = super().compute_logits(hidden_states, sampling_metadata)
-        if logits is None or not len(TEXT_FEEDS):
-            return logits
         request_ids = self._batch_req_ids
-        if len(request_ids) != logits.shape[0]:
+        if logits is None or len(request_ids) != logits.shape[0]:
+            # A dummy batch (profiling, graph capture) names no requests.
+            return logits
+        logits = DEVICE_PENALTIES.apply(logits, request_ids)
+        if not len(TEXT_FEEDS):
             return logits
         early = [not feed.eos_fed() if (feed := TEXT_FEEDS.get(rid)) is not None else False for rid in request_ids]
         if any(early):

@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from codecstream.server.engine import repetition_penalty
 from codecstream.server.engine.talker_frames import FrameCursor, as_frames, codes_of
 from codecstream.server.engine.talker_prompts import TalkerPrompt, TalkerPrompts
 from codecstream.server.engine.worker_rpc import TALKER_STAGE, TalkerWorkers
@@ -167,6 +168,7 @@ class TalkerRequests:
             params.seed = request.seed
             # The code predictor (codebooks 1-15) samples with its own generator.
             params.extra_args = {**(params.extra_args or {}), "tts_local_seed": request.seed}
+        repetition_penalty.take_from_vllm(params)
         return params
 
 
