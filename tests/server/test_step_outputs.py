@@ -58,6 +58,13 @@ def test_the_output_carries_the_codes_in_batch_order_and_references_only_when_on
     assert client_codes([{}, {"codes": {}}]) == {}
 
 
+def test_codes_already_on_the_host_are_handed_on_as_they_are_when_the_copy_is_asynchronous():
+    # On CUDA they would land in pinned memory in stream order (the GPU lane checks the codes).
+    rows = [{"codes": {"audio": torch.full((1, 16), value)}} for value in (3, 4)]
+    output = client_codes(rows, to_host_async=True)["codes"]["audio"]
+    assert output.device.type == "cpu" and output[:, 0].tolist() == [3, 4]
+
+
 def test_the_frame_valid_mark_is_dropped_and_the_rest_of_the_update_kept():
     update = {"meta": {"codec_frame_valid": torch.tensor(True), "talker_text_offset": 3}, "hidden_states": {}}
     drop_code2wav_meta(update)
