@@ -10,7 +10,9 @@ import asyncio
 import pytest
 import torch
 from codecstream.server.engine.step_outputs import (
+    ASYNC_COPY_VARIABLE,
     ENABLE_VARIABLE,
+    async_copy_enabled,
     client_codes,
     drop_code2wav_meta,
     enabled,
@@ -20,9 +22,11 @@ from codecstream.server.engine.step_outputs import (
 
 def test_on_unless_switched_off(monkeypatch):
     monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
-    assert enabled()
+    monkeypatch.delenv(ASYNC_COPY_VARIABLE, raising=False)
+    assert enabled() and async_copy_enabled()
     monkeypatch.setenv(ENABLE_VARIABLE, "0")
-    assert not enabled()
+    monkeypatch.setenv(ASYNC_COPY_VARIABLE, "0")
+    assert not enabled() and not async_copy_enabled()
 
 
 def test_each_request_keeps_the_last_row_of_its_own_span_as_a_fresh_tensor():

@@ -37,8 +37,17 @@ import torch
 ENABLE_VARIABLE = "CODECSTREAM_BATCHED_STEP_OUTPUTS"
 
 
+#: On by default where the scheduler is asynchronous. 0 copies the step's codes to the host
+#: synchronously, as before, to measure the difference.
+ASYNC_COPY_VARIABLE = "CODECSTREAM_CODES_TO_HOST_ASYNC"
+
+
 def enabled() -> bool:
     return os.environ.get(ENABLE_VARIABLE, "1") != "0"
+
+
+def async_copy_enabled() -> bool:
+    return os.environ.get(ASYNC_COPY_VARIABLE, "1") != "0"
 
 
 def drop_code2wav_meta(update: dict[str, Any]) -> None:

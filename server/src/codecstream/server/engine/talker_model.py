@@ -81,7 +81,7 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         self._batched_outputs = step_outputs.enabled()
         #: Whether the step's codes reach the host without the step waiting for them: only where
         #: vLLM's asynchronous step output waits for the step's copies before its outputs are read.
-        self._codes_to_host_async = bool(scheduler.async_scheduling)
+        self._codes_to_host_async = bool(scheduler.async_scheduling) and step_outputs.async_copy_enabled()
         if self._batched_outputs:
             # make_omni_output keeps every request's last hidden row; the runner's per-request
             # postprocess pass (a copy each) has nothing left to do.
