@@ -10,7 +10,9 @@ import asyncio
 import pytest
 import torch
 from codecstream.server.engine.step_outputs import (
+    ASYNC_COPY_VARIABLE,
     ENABLE_VARIABLE,
+    async_copy_enabled,
     client_codes,
     drop_code2wav_meta,
     enabled,
@@ -20,9 +22,11 @@ from codecstream.server.engine.step_outputs import (
 
 def test_on_unless_switched_off(monkeypatch):
     monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
-    assert enabled()
+    monkeypatch.delenv(ASYNC_COPY_VARIABLE, raising=False)
+    assert enabled() and async_copy_enabled()
     monkeypatch.setenv(ENABLE_VARIABLE, "0")
-    assert not enabled()
+    monkeypatch.setenv(ASYNC_COPY_VARIABLE, "0")
+    assert not enabled() and not async_copy_enabled()
 
 
 def test_each_request_keeps_the_last_row_of_its_own_span_as_a_fresh_tensor():
@@ -56,6 +60,13 @@ def test_the_output_carries_the_codes_in_batch_order_and_references_only_when_on
     cloned = client_codes([{"codes": {"audio": first}}, {"codes": {"audio": second, "ref": reference}}])
     assert [entry.numel() for entry in cloned["codes"]["ref"]] == [0, 80]
     assert client_codes([{}, {"codes": {}}]) == {}
+
+
+def test_codes_already_on_the_host_are_handed_on_as_they_are_when_the_copy_is_asynchronous():
+    # On CUDA they would land in pinned memory in stream order (the GPU lane checks the codes).
+    rows = [{"codes": {"audio": torch.full((1, 16), value)}} for value in (3, 4)]
+    output = client_codes(rows, to_host_async=True)["codes"]["audio"]
+    assert output.device.type == "cpu" and output[:, 0].tolist() == [3, 4]
 
 
 def test_the_frame_valid_mark_is_dropped_and_the_rest_of_the_update_kept():

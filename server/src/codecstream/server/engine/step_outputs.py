@@ -10,13 +10,18 @@ For the Qwen3-TTS talker that cost three device copies per request every step (H
 - the model's output copies each mark back to the device to hand it on, with the codec stream
   flags and reference lengths, which also only code2wav reads;
 - the runner's postprocess pass keeps each request's last hidden row (the next step's code
-  predictor input) with a copy per request.
+  predictor input) with a copy per request;
+- the output builder copies the step's codes to the host and waits for the GPU to finish the
+  step (a synchronous copy): the host could not prepare step N+1 while step N ran.
 
 A talker-only pipeline needs none of the code2wav metadata: its client channel carries
 `codes.audio` and `codes.ref` alone. Here the marks are dropped where preprocess makes them, the
 output carries only the codes, and every request's last hidden row comes from one gather per step,
 written into the runner's buffers as views of that one owned tensor, as the runner's postprocess
-pass would have written a copy.
+pass would have written a copy. Under asynchronous scheduling the codes go to pinned host memory
+in a copy the GPU makes in stream order: vLLM's asynchronous step output waits for an event
+recorded after it (the sampled tokens' copy) before the engine core reads any of the step's
+outputs, so nothing reads the codes before they land, and the builder finds them on the host.
 """
 
 from __future__ import annotations
@@ -32,8 +37,17 @@ import torch
 ENABLE_VARIABLE = "CODECSTREAM_BATCHED_STEP_OUTPUTS"
 
 
+#: On by default where the scheduler is asynchronous. 0 copies the step's codes to the host
+#: synchronously, as before, to measure the difference.
+ASYNC_COPY_VARIABLE = "CODECSTREAM_CODES_TO_HOST_ASYNC"
+
+
 def enabled() -> bool:
     return os.environ.get(ENABLE_VARIABLE, "1") != "0"
+
+
+def async_copy_enabled() -> bool:
+    return os.environ.get(ASYNC_COPY_VARIABLE, "1") != "0"
 
 
 def drop_code2wav_meta(update: dict[str, Any]) -> None:
@@ -68,10 +82,14 @@ def keep_last_hidden(
         info.setdefault("hidden_states", {})["last"] = last
 
 
-def client_codes(infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def client_codes(infos: Sequence[dict[str, Any]], to_host_async: bool = False) -> dict[str, Any]:
     """The step's multimodal output as the client channel reads it: every request's `codes.audio`
     rows in batch order, and `codes.ref` (one entry per request, empty where it has none) when any
-    request carries reference codes. Empty when no request has codes yet."""
+    request carries reference codes. Empty when no request has codes yet.
+
+    `to_host_async`: the rows are copied to pinned host memory without waiting for them; only for
+    a runner whose step output waits for the step's copies before anything reads it (vLLM's
+    asynchronous scheduling)."""
     audio: list[torch.Tensor] = []
     references: list[torch.Tensor] = []
     for info in infos:
@@ -82,7 +100,11 @@ def client_codes(infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
         references.append(reference if isinstance(reference, torch.Tensor) else torch.empty(0, dtype=torch.long))
     if not audio:
         return {}
-    output: dict[str, Any] = {"codes": {"audio": torch.cat(audio, dim=0)}}
+    rows = torch.cat(audio, dim=0)
+    if to_host_async and rows.is_cuda:
+        host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+        rows = host.copy_(rows, non_blocking=True)
+    output: dict[str, Any] = {"codes": {"audio": rows}}
     if any(reference.numel() > 0 for reference in references):
         # One entry per request: the runner indexes this list by the request's batch position.
         output["codes"]["ref"] = references

@@ -83,6 +83,9 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             log.info("vLLM's JIT kernel warm-up is off: the kernels the talker runs compile as the start runs them")
         #: Whether this step's outputs are kept in batch operations (step_outputs.py).
         self._batched_outputs = step_outputs.enabled()
+        #: Whether the step's codes reach the host without the step waiting for them: only where
+        #: vLLM's asynchronous step output waits for the step's copies before its outputs are read.
+        self._codes_to_host_async = bool(scheduler.async_scheduling) and step_outputs.async_copy_enabled()
         if self._batched_outputs:
             # make_omni_output keeps every request's last hidden row; the runner's per-request
             # postprocess pass (a copy each) has nothing left to do.
@@ -189,7 +192,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             return super().make_omni_output(model_outputs, **kwargs)
         infos = kwargs.get("model_intermediate_buffer") or []
         step_outputs.keep_last_hidden(model_outputs, infos, kwargs.get("request_token_spans"))
-        return OmniOutput(text_hidden_states=model_outputs, multimodal_outputs=step_outputs.client_codes(infos))
+        codes = step_outputs.client_codes(infos, to_host_async=self._codes_to_host_async)
+        return OmniOutput(text_hidden_states=model_outputs, multimodal_outputs=codes)
 
     def _grow(self, info: dict[str, Any], feed: TextFeed) -> None:
         """Append the request's newly fed rows to its trailing text, before this step reads it;
