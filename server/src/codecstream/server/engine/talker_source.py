@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from codecstream.server.checkpoint_info import read_checkpoint_info, resolve_model_dir
+from codecstream.server.engine import engine_process
 from codecstream.server.engine.engine_cache import use_engine_cache
 from codecstream.server.engine.engine_start import create_engine
 from codecstream.server.engine.growing_generation import GrowingTalkerGeneration
@@ -119,6 +120,12 @@ class VllmTalkerSource(CodeSource):
         )
 
     def _create_engine(self) -> Any:
+        # The engine's environment first: a forkserver (engine_process.py) begins its imports
+        # with it, beside this process's own imports below.
+        set_engine_environment()
+        if self._engine_cache is not None:
+            use_engine_cache(self._engine_cache)
+        engine_process.start_forkserver()
         # vLLM-Omni loads general plugins in its worker processes, but in the calling process only
         # after it has resolved the deploy YAML's `pipeline:`; load them first so that the
         # talker-only pipeline is registered by then.
@@ -136,9 +143,7 @@ class VllmTalkerSource(CodeSource):
                 TalkerPrompts(loop_tokenizer, self.checkpoint),
             )
         load_omni_general_plugins()
-        set_engine_environment()
-        if self._engine_cache is not None:
-            use_engine_cache(self._engine_cache)
+        engine_process.use_forkserver_for_engines()
         deploy = Path(self._deploy_config) if self._deploy_config is not None else default_deploy_config()
         return AsyncOmni(model=str(self._model_dir), deploy_config=str(deploy), **self._engine_kwargs)
 

@@ -1,0 +1,115 @@
+"""The engine's process forked from one that imported the engine's stack once, instead of spawned.
+
+vLLM-Omni starts the talker stage's engine core in a process of its own and forces `spawn` for it:
+a fresh interpreter that imports torch, vLLM and vLLM-Omni again, on every start and on every
+restart of the engine after a crash (the largest phase of each, docs/server.md, "Start
+timeline"). With this on (`CODECSTREAM_ENGINE_FORKSERVER=1`), the server starts a
+multiprocessing forkserver before it imports the stack itself, so that the two imports run side by
+side, and the forkserver preloads the stack once; each engine process is then forked from it,
+and a restart pays no import at all. The forkserver never touches CUDA, so its children may.
+
+A forked child inherits the environment the forkserver had when it began, not the server's when
+the engine starts. vLLM-Omni and vLLM set variables for their engine process just before starting
+it, and tests start engines with different settings in one process, so each engine process is
+given the server's environment of that moment before it runs anything.
+
+vLLM-Omni takes its process context from vLLM's `get_mp_context` (by the name it imported), whose
+choices are spawn and fork only: this module replaces that name in vLLM-Omni's process manager, the
+one place it starts engine processes, with a context that still runs vLLM's own checks first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: "1": engine processes are forked from a forkserver that preloaded the stack (off by default
+#: until measured on a GPU; docs/server.md, "Start timeline").
+ENABLE_VARIABLE = "CODECSTREAM_ENGINE_FORKSERVER"
+#: What the forkserver imports once, heaviest first; a module it cannot import is skipped.
+PRELOAD = ("torch", "transformers", "vllm", "vllm_omni", "vllm_omni.engine.stage_engine_core_proc")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE_VARIABLE, "0") == "1"
+
+
+def start_forkserver() -> None:
+    """Begin the forkserver's imports now (they run beside the caller's own); a no-op when off
+    or already running."""
+    if not enabled():
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    log.info("engine processes fork from a forkserver that imports %s once", ", ".join(PRELOAD))
+
+
+def use_forkserver_for_engines() -> None:
+    """Make vLLM-Omni start engine processes from the forkserver (when on)."""
+    if not enabled():
+        return
+    from vllm_omni.engine import stage_engine_core_proc_manager as manager
+
+    if isinstance(getattr(manager.get_mp_context, "__self__", None), EngineProcessContext):
+        return
+    manager.get_mp_context = EngineProcessContext(manager.get_mp_context).checked
+
+
+def _run_in_environment(environment: Mapping[str, str], target: Callable, args: tuple, kwargs: dict) -> Any:
+    """The child's first step: the environment its parent had when it asked for this process, and
+    its name where `ps` and psutil read it."""
+    os.environ.clear()
+    os.environ.update(environment)
+    _name_this_process(multiprocessing.current_process().name)
+    return target(*args, **kwargs)
+
+
+def _name_this_process(name: str) -> None:
+    """vLLM titles its engine process with setproctitle, which has no effect in a forkserver's
+    child (its command line stays the forkserver's): the kernel's name for the process (15 bytes,
+    "StageEngineCore" for vLLM-Omni's) is what tools see instead."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+#: prctl's option that sets the calling thread's name (linux/prctl.h).
+_PR_SET_NAME = 15
+
+
+class EngineProcessContext:
+    """The forkserver context, its processes started in their parent's current environment."""
+
+    def __init__(self, vllm_get_mp_context: Callable[[], Any]) -> None:
+        self._vllm_get_mp_context = vllm_get_mp_context
+        self._context = multiprocessing.get_context("forkserver")
+
+    def checked(self) -> EngineProcessContext:
+        # vLLM's own checks and environment fixes first (it forces spawn where CUDA is already
+        # initialized in this process: then no fork of any kind is safe).
+        vllm_context = self._vllm_get_mp_context()
+        if vllm_context.get_start_method() != "spawn" or _cuda_initialized():
+            return vllm_context
+        return self
+
+    def Process(self, *, target: Callable, args: tuple = (), kwargs: dict | None = None, **options: Any):
+        carried = (dict(os.environ), target, tuple(args), dict(kwargs or {}))
+        return self._context.Process(target=_run_in_environment, args=carried, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+def _cuda_initialized() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized())
