@@ -1,0 +1,88 @@
+"""Engine processes forked from a forkserver (engine/engine_process.py): each runs in the environment
+its parent had when it asked for it, under its own name, vLLM's own choice of start method is kept where it is not
+spawn, and the switch is off unless set."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+from codecstream.server.engine import engine_process
+from codecstream.server.engine.engine_process import ENABLE_VARIABLE, EngineProcessContext
+
+
+def write_probe(path: str, name: str) -> None:
+    with open("/proc/self/comm") as comm, open(path, "w") as out:
+        out.write(f"{os.environ.get(name)} {comm.read().strip()}")
+
+
+def test_an_engine_process_runs_in_the_environment_of_the_moment_it_was_asked_for(tmp_path, monkeypatch):
+    context = EngineProcessContext(lambda: multiprocessing.get_context("spawn")).checked()
+    assert isinstance(context, EngineProcessContext)
+    # Set after the forkserver may already run (another test, or the server's start): the child
+    # must see it anyway, and must not see what the parent removed.
+    monkeypatch.setenv("CODECSTREAM_PROBE", "set late")
+    monkeypatch.delenv("CODECSTREAM_PROBE_GONE", raising=False)
+    os.environ["CODECSTREAM_PROBE_GONE"] = "x"
+    del os.environ["CODECSTREAM_PROBE_GONE"]
+    out = tmp_path / "probe"
+    # vLLM-Omni's name for it: what ps and psutil show (setproctitle has no effect here).
+    name = "StageEngineCoreProc_stage0_replica0"
+    process = context.Process(target=write_probe, args=(str(out), "CODECSTREAM_PROBE"), name=name)
+    process.start()
+    process.join(120)
+    assert process.exitcode == 0
+    assert out.read_text() == "set late StageEngineCore"
+    gone = tmp_path / "gone"
+    process = context.Process(target=write_probe, kwargs={"path": str(gone), "name": "CODECSTREAM_PROBE_GONE"})
+    process.start()
+    process.join(120)
+    assert gone.read_text().startswith("None")
+
+
+def test_vllm_s_start_method_stands_where_it_is_not_spawn():
+    fork = multiprocessing.get_context("fork")
+    assert EngineProcessContext(lambda: fork).checked() is fork
+
+
+def test_off_unless_set(monkeypatch):
+    monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
+    assert not engine_process.enabled()
+    engine_process.start_forkserver()  # a no-op: nothing started, nothing replaced
+    monkeypatch.setenv(ENABLE_VARIABLE, "1")
+    assert engine_process.enabled()
+
+
+@pytest.mark.engine
+def test_with_the_forkserver_a_killed_engine_is_forked_again_and_serves(tmp_path, monkeypatch):
+    """The real server on the CPU engine, its engine process forked from the forkserver: killed, it
+    comes back (from the same forkserver, without the imports) and serves a stream to its end."""
+    import asyncio
+
+    from codecstream.client import AsyncClient
+    from codecstream.testing.random_checkpoint import write_qwen3_tts_checkpoint
+    from codecstream.testing.server_process import NOT_SERVING, SERVING, ServerProcess
+    from codecstream.testing.waiting import wait_for
+
+    monkeypatch.setenv(ENABLE_VARIABLE, "1")  # the server process inherits it
+    checkpoint = write_qwen3_tts_checkpoint(tmp_path / "qwen3-tts-tiny", preset="tiny", seed=0)
+    with ServerProcess(["--model", str(checkpoint)], log=tmp_path / "server.log") as server:
+        server.wait_until_serving(600)
+        cores = server.engine_cores()
+        assert len(cores) == 1, server.log_tail()
+        forkserver = cores[0].parent()
+        assert forkserver.pid != server.process.pid and forkserver.parent().pid == server.process.pid
+        cores[0].kill()
+        wait_for(lambda: server.health() == NOT_SERVING, 60, "health NOT_SERVING after the kill")
+        wait_for(lambda: server.health() == SERVING, 600, "health SERVING after the restart", step_s=0.5)
+        assert server.metric("codecstream_engine_restarts_total") == 1
+        again = server.engine_cores()
+        assert len(again) == 1 and again[0].pid != cores[0].pid and again[0].parent().pid == forkserver.pid
+
+        async def one_stream() -> int:
+            async with AsyncClient(server.target) as client:
+                stream = client.stream_codes("After the restart.", voice="ryan", seed=1, max_frames=6)
+                return sum([chunk.num_frames async for chunk in stream])
+
+        assert asyncio.run(one_stream()) > 0
