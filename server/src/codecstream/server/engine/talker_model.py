@@ -179,8 +179,9 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 self._grow(info, feed)
         if self._noise is not None:
             self._noise.fill(req_infos)
-        # Each row's input is the codebook-0 id its request sampled last step.
-        DEVICE_PENALTIES.mark([info.get("request_id", "") for info in req_infos], input_ids)
+        if DEVICE_PENALTIES:  # no per-row list to build while nothing running is penalized
+            # Each row's input is the codebook-0 id its request sampled last step.
+            DEVICE_PENALTIES.mark([info.get("request_id", "") for info in req_infos], input_ids)
         batch = super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
         if self._batched_outputs:
             for update in batch[-1]:
