@@ -1,6 +1,6 @@
 """Engine processes forked from a forkserver (engine/engine_process.py): each runs in the environment
 its parent had when it asked for it, under its own name, vLLM's own choice of start method is kept where it is not
-spawn, and the switch is off unless set."""
+spawn, and the switch is on unless set to 0."""
 
 from __future__ import annotations
 
@@ -46,12 +46,12 @@ def test_vllm_s_start_method_stands_where_it_is_not_spawn():
     assert EngineProcessContext(lambda: fork).checked() is fork
 
 
-def test_off_unless_set(monkeypatch):
+def test_on_unless_set_to_0(monkeypatch):
     monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
+    assert engine_process.enabled()
+    monkeypatch.setenv(ENABLE_VARIABLE, "0")
     assert not engine_process.enabled()
     engine_process.start_forkserver()  # a no-op: nothing started, nothing replaced
-    monkeypatch.setenv(ENABLE_VARIABLE, "1")
-    assert engine_process.enabled()
 
 
 @pytest.mark.engine

@@ -20,6 +20,7 @@ from codecstream.protocol.errors import ProtocolError
 from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
+from codecstream.server.engine import engine_process
 from codecstream.server.engine.engine_cache import default_engine_cache
 from codecstream.server.errors import one_line
 from codecstream.server.limits import OutOfRange, ServerLimits
@@ -328,6 +329,8 @@ async def serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         await server.stop()
+        # After the engine's processes, before the last line on stderr (the reason, if any).
+        engine_process.stop_forkserver()
 
 
 def main(argv: list[str] | None = None) -> int:

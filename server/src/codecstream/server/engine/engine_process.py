@@ -3,7 +3,7 @@
 vLLM-Omni starts the talker stage's engine core in a process of its own and forces `spawn` for it:
 a fresh interpreter that imports torch, vLLM and vLLM-Omni again, on every start and on every
 restart of the engine after a crash (the largest phase of each, docs/server.md, "Start
-timeline"). With this on (`CODECSTREAM_ENGINE_FORKSERVER=1`), the server starts a
+timeline"). Here (on unless `CODECSTREAM_ENGINE_FORKSERVER=0`) the server starts a
 multiprocessing forkserver before it imports the stack itself, so that the two imports run side by
 side, and the forkserver preloads the stack once; each engine process is then forked from it,
 and a restart pays no import at all. The forkserver never touches CUDA, so its children may.
@@ -25,20 +25,21 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: "1": engine processes are forked from a forkserver that preloaded the stack (off by default
-#: until measured on a GPU; docs/server.md, "Start timeline").
+#: On by default: engine processes are forked from a forkserver that preloaded the stack. "0"
+#: spawns each, as vLLM-Omni does, to measure the difference (docs/server.md, "Start timeline").
 ENABLE_VARIABLE = "CODECSTREAM_ENGINE_FORKSERVER"
 #: What the forkserver imports once, heaviest first; a module it cannot import is skipped.
 PRELOAD = ("torch", "transformers", "vllm", "vllm_omni", "vllm_omni.engine.stage_engine_core_proc")
 
 
 def enabled() -> bool:
-    return os.environ.get(ENABLE_VARIABLE, "0") == "1"
+    return os.environ.get(ENABLE_VARIABLE, "1") != "0"
 
 
 def start_forkserver() -> None:
@@ -52,6 +53,23 @@ def start_forkserver() -> None:
 
     forkserver.ensure_running()
     log.info("engine processes fork from a forkserver that imports %s once", ", ".join(PRELOAD))
+
+
+def stop_forkserver() -> None:
+    """End the forkserver with the server's process, at once: it may still be importing (then it
+    reads nothing from the server yet), and it writes to the server's stderr, whose last line is
+    the server's reason for exiting. A no-op when none runs."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # the stdlib's one forkserver; no public handle exists
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    # Closes its pipe and reaps it; a stopped start's cleanup may have reaped it already.
+    with contextlib.suppress(ChildProcessError):
+        server._stop()
 
 
 def use_forkserver_for_engines() -> None:
