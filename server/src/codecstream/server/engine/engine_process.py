@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 #: On by default: engine processes are forked from a forkserver that preloaded the stack. "0"
 #: spawns each, as vLLM-Omni does, to measure the difference (docs/server.md, "Start timeline").
 ENABLE_VARIABLE = "CODECSTREAM_ENGINE_FORKSERVER"
-#: What the forkserver imports once, heaviest first; a module it cannot import is skipped.
-PRELOAD = ("torch", "transformers", "vllm", "vllm_omni", "vllm_omni.engine.stage_engine_core_proc")
+#: What the forkserver imports once, heaviest first (the last one resolves the platforms and imports
+#: the engine's own modules); a module it cannot import is skipped.
+PRELOAD = ("torch", "transformers", "vllm", "vllm_omni", "codecstream.server.engine.forkserver_preload")
 
 
 def enabled() -> bool:

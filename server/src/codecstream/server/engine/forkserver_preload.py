@@ -1,0 +1,63 @@
+"""What the engine's forkserver (engine_process.py) runs once, before it forks any engine process.
+
+Importing torch, vLLM and vLLM-Omni by name leaves most of the engine unimported: vLLM's package
+loads its parts on first use, and vLLM-Omni resolves its platform (its plugins, the patches it
+applies) only when something asks for it. An engine process forked after that alone still paid
+24 s of imports of its own before it began (H200 host, tiny checkpoint). Here the forkserver also
+resolves the platforms and imports the modules an engine process runs: its engine core, worker,
+model runner, attention backend and the talker's model. Nothing here creates a CUDA context
+(vLLM resolves its CUDA platform through NVML), so the forked engine processes may.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+#: The engine process's modules past the packages' own imports, in the order it reaches them; one
+#: that cannot be imported here (the CPU platform has no CUDA kernels) is left for the process.
+ENGINE_MODULES = (
+    "vllm.config",
+    "vllm.engine.arg_utils",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm_omni.engine.stage_engine_core_proc",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm_omni.worker.gpu_ar_worker",
+    "vllm_omni.worker.gpu_ar_model_runner",
+    "vllm.v1.attention.backends.flash_attn",
+    "vllm.model_executor.model_loader",
+    "vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker",
+    "codecstream.server.engine.talker_model",
+    "codecstream.server.engine.code_predictor.triton_ops",
+)
+
+
+def preload() -> None:
+    began = time.monotonic()
+    import vllm.platforms
+    import vllm_omni.platforms
+
+    # Both resolve lazily, on first access: here once, not in every forked process.
+    platform = vllm.platforms.current_platform
+    omni_platform = vllm_omni.platforms.current_omni_platform
+    skipped = []
+    for name in ENGINE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # any failure only leaves the import to the engine process
+            skipped.append(name)
+    log.info(
+        "forkserver: %s / %s platform, engine modules imported in %.1f s%s",
+        type(platform).__name__,
+        type(omni_platform).__name__,
+        time.monotonic() - began,
+        f" (left to the engine process: {', '.join(skipped)})" if skipped else "",
+    )
+
+
+preload()
