@@ -2,8 +2,8 @@
 
 Importing torch, vLLM and vLLM-Omni by name leaves most of the engine unimported: vLLM's package
 loads its parts on first use, and vLLM-Omni resolves its platform (its plugins, the patches it
-applies) only when something asks for it. An engine process forked after that alone still paid
-24 s of imports of its own before it began (H200 host, tiny checkpoint). Here the forkserver also
+applies) only when something asks for it, so an engine process forked after that alone still
+imported most of the engine before it began (docs/server.md, "Start timeline"). Here the forkserver also
 resolves the platforms and imports the modules an engine process runs: its engine core, worker,
 model runner, attention backend and the talker's model. Nothing here creates a CUDA context
 (vLLM resolves its CUDA platform through NVML), so the forked engine processes may.
