@@ -628,12 +628,27 @@ def passed(row: dict) -> bool:
     return row["arrivals"] > 0 and row["failed"] == 0 and row["underrunning_streams"] == 0
 
 
-async def run_system(system, args, prompts: list[str], save) -> list[dict]:
-    """Each rate of args.rates in turn; `save(rows)` after each, so that a run cut short (a device
-    command ends at 10 minutes) keeps every rate it finished."""
+async def run_system(system, args, prompts: list[str], save) -> tuple[list[dict], dict | None]:
+    """Each rate of args.rates in turn, then (with --soak) the soak's load and every rate again;
+    `save(rows, soak)` after each, so that a run cut short (a device command ends at 10 minutes)
+    keeps every rate it finished."""
     await system.open()
     rng = random.Random(args.seed)
-    rows = []
+    rows: list[dict] = []
+    soak: dict | None = None
+
+    async def measure(rate: float, seconds: float, phase: str) -> dict:
+        results, window_s, engine, cpu_s = await run_rate(system, rate, seconds, prompts, rng, args.drain_timeout)
+        row = summarize(rate, seconds, results, window_s, engine, cpu_s)
+        print(
+            f"[gpu_serving_bench] {system.name} {phase} {rate:g}/s: {row['arrivals']} streams, first chunk p95 "
+            f"{row['first_chunk_ms'].get('p95')} ms, end to end p95 {row['end_to_end_ms'].get('p95')} ms, "
+            f"{row['underrunning_streams']} underran, {row['failed']} failed, engine {engine}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return row
+
     try:
         if args.warmup > 0:
             results, *_ = await run_rate(system, args.rates[0], args.warmup, prompts, rng, args.drain_timeout)
@@ -643,22 +658,40 @@ async def run_system(system, args, prompts: list[str], save) -> list[dict]:
                 flush=True,
             )
         for rate in args.rates:
-            results, window_s, engine, cpu_s = await run_rate(
-                system, rate, args.seconds, prompts, rng, args.drain_timeout
-            )
-            row = summarize(rate, args.seconds, results, window_s, engine, cpu_s)
-            rows.append(row)
-            print(
-                f"[gpu_serving_bench] {system.name} {rate:g}/s: {row['arrivals']} streams, first chunk p95 "
-                f"{row['first_chunk_ms'].get('p95')} ms, end to end p95 {row['end_to_end_ms'].get('p95')} ms, "
-                f"{row['underrunning_streams']} underran, {row['failed']} failed, engine {engine}",
-                file=sys.stderr,
-                flush=True,
-            )
-            save(rows)
+            rows.append(await measure(rate, args.seconds, "fresh"))
+            save(rows, soak)
+        if args.soak > 0:
+            soak = {"seconds": args.soak, "rate": args.soak_rate, "rates": []}
+            soak["load"] = await measure(args.soak_rate, args.soak, "soak")
+            save(rows, soak)
+            for rate in args.rates:
+                soak["rates"].append(await measure(rate, args.seconds, "after the soak"))
+                save(rows, soak)
     finally:
         await system.close()
-    return rows
+    return rows, soak
+
+
+def step_interval_change(fresh: list[dict], after: list[dict]) -> list[dict]:
+    """Per rate measured both fresh and after the soak: the engine's mean step interval and batch
+    each time, and how far the step moved (a step that holds stays within a few percent at the
+    same batch; a batch that grew says the step slowed earlier in the window)."""
+    before = {row["rate"]: row["engine"] for row in fresh}
+    changes = []
+    for row in after:
+        first, then = before.get(row["rate"], {}), row["engine"]
+        step_before, step_after = first.get("mean_step_interval_ms"), then.get("mean_step_interval_ms")
+        changes.append(
+            {
+                "rate": row["rate"],
+                "step_ms": [step_before, step_after],
+                "batch": [first.get("mean_engine_batch"), then.get("mean_engine_batch")],
+                "step_change_percent": round(100 * (step_after / step_before - 1), 1)
+                if step_before and step_after
+                else None,
+            }
+        )
+    return changes
 
 
 def checkpoint_for(preset: str) -> pathlib.Path:
@@ -685,7 +718,17 @@ def plot(record: dict, path: pathlib.Path) -> None:
             best = entry["highest_rate_without_underrun"]
             label = f"{name} (zero underruns up to {best:g} req/s)" if best else f"{name} (underruns at every rate)"
             axis.plot(*zip(*points, strict=True), "o-", label=label)
-            failing = [(row["rate"], row[key]["p95"]) for row in rows if row[key] and not passed(row)]
+            after = [row for row in entry.get("after_soak", {}).get("rates", []) if row[key]]
+            if after:
+                soak = entry["after_soak"]
+                axis.plot(
+                    [row["rate"] for row in after],
+                    [row[key]["p95"] for row in after],
+                    "s--",
+                    color=axis.get_lines()[-1].get_color(),
+                    label=f"{name}, after {soak['seconds']:g} s at {soak['rate']:g} req/s",
+                )
+            failing = [(row["rate"], row[key]["p95"]) for row in rows + after if row[key] and not passed(row)]
             if failing:
                 axis.plot(*zip(*failing, strict=True), "x", color="tab:red", markersize=10, markeredgewidth=2)
     where = ", ".join(sorted({entry.get("gpu") or entry["machine"]["cpu"] for entry in record["systems"].values()}))
@@ -753,6 +796,15 @@ def main() -> int:
         help="codecstream: set a key of the deploy YAML's talker stage (repeatable), "
         "e.g. max_num_seqs=128 compilation_config.max_cudagraph_capture_size=128",
     )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after the rates, this long at --soak-rate, then every rate again (does the capacity hold "
+        "after minutes of load?); recorded under after_soak",
+    )
+    parser.add_argument("--soak-rate", type=float, default=20.0, help="requests per second during --soak")
     parser.add_argument("--label", help="the system's name in the record and plot (default: --system)")
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams are spread over")
     parser.add_argument("--voice", default="ryan")
@@ -809,7 +861,7 @@ def main() -> int:
     # What --out held before this run: each save below starts again from it.
     before = out.read_text() if args.merge and out.exists() else "{}"
 
-    def save(rows: list[dict]) -> dict:
+    def save(rows: list[dict], soak: dict | None) -> dict:
         entry = {
             "machine": where,
             "gpu": gpu_name(),
@@ -835,6 +887,13 @@ def main() -> int:
             },
             "rates": rows,
         }
+        if soak is not None:
+            clean = [row["rate"] for row in soak["rates"] if passed(row)]
+            entry["after_soak"] = {
+                "highest_rate_without_underrun": max(clean) if clean else None,
+                "step_interval_change": step_interval_change(rows, soak["rates"]),
+                **soak,
+            }
         record = json.loads(before)
         record.update({"benchmark": "gpu_serving_bench", "preset": args.preset})
         earlier = record.setdefault("systems", {}).get(system.name)
@@ -846,13 +905,15 @@ def main() -> int:
                 [row for row in earlier["rates"] if row["rate"] not in fresh] + rows, key=lambda row: row["rate"]
             )
             entry["earlier_commands"] = [*earlier.get("earlier_commands", []), earlier["command"]]
+            if soak is None and "after_soak" in earlier:
+                entry["after_soak"] = earlier["after_soak"]
         clean = [row["rate"] for row in entry["rates"] if passed(row)]
         record["systems"][system.name] = {"highest_rate_without_underrun": max(clean) if clean else None, **entry}
         entry = record["systems"][system.name]
         write_record(record, out, plot)
         return entry
 
-    entry = save(asyncio.run(run_system(system, args, prompts, save)))
+    entry = save(*asyncio.run(run_system(system, args, prompts, save)))
     print(
         f"[gpu_serving_bench] {system.name}: zero underruns up to {entry['highest_rate_without_underrun']} req/s; "
         f"wrote {out} and {out.with_suffix('.png')}"

@@ -1,5 +1,5 @@
 """The serving benchmark's playout model (benchmarks/gpu_serving_bench.py): underruns of a strict
-player, and the start-up buffer that would have avoided them."""
+player, the start-up buffer that would have avoided them, and the step's change after a soak."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-from gpu_serving_bench import buffer_needed, playout
+from gpu_serving_bench import buffer_needed, playout, step_interval_change
 
 
 def test_a_stream_that_keeps_ahead_never_underruns():
@@ -43,3 +43,16 @@ def test_the_buffer_needed_equals_the_strict_players_stalls(seed):
     for at, audio_s in arrivals:
         assert at <= start + audio_before + 1e-9
         audio_before += audio_s
+
+
+def test_the_step_interval_change_after_the_soak_is_reported_per_rate():
+    def row(rate, step_ms, batch):
+        return {"rate": rate, "engine": {"mean_step_interval_ms": step_ms, "mean_engine_batch": batch}}
+
+    fresh = [row(10.0, 12.0, 10.0), row(20.0, 16.0, 30.0)]
+    after = [row(10.0, 12.6, 10.5), row(20.0, 16.0, 30.0), row(30.0, 20.0, 60.0)]
+    changes = step_interval_change(fresh, after)
+    assert changes[0] == {"rate": 10.0, "step_ms": [12.0, 12.6], "batch": [10.0, 10.5], "step_change_percent": 5.0}
+    assert changes[1]["step_change_percent"] == 0.0
+    # A rate measured only after the soak has nothing to compare with.
+    assert changes[2] == {"rate": 30.0, "step_ms": [None, 20.0], "batch": [None, 60.0], "step_change_percent": None}
