@@ -43,6 +43,7 @@ import time
 
 import grpc
 from codecstream.protocol.metadata import REPLICA_HEADER
+from codecstream.server import log_setup
 from codecstream.server.replica_supervisor import (
     ReplicaSpec,
     ReplicaSpecError,
@@ -461,7 +462,7 @@ async def serve(
 def main(argv: list[str] | None = None) -> int:
     own_args, server_args = split_server_args(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(own_args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=log_setup.FORMAT)
     try:
         config = parse_config(args, server_args)
         if args.print_config:

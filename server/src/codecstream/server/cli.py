@@ -17,6 +17,7 @@ import sys
 from codecstream.protocol.chunking import ChunkSchedule
 from codecstream.protocol.decoding import FRAMES_PER_SECOND
 from codecstream.protocol.errors import ProtocolError
+from codecstream.server import log_setup
 from codecstream.server.app import CodecStreamServer, Keepalive, ServerOptions
 from codecstream.server.auth import load_tokens
 from codecstream.server.checkpoint_info import ModelDirectoryError
@@ -335,7 +336,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), format=log_setup.FORMAT)
     try:
         return asyncio.run(serve(args))
     except StartupError as error:

@@ -15,6 +15,8 @@ import importlib
 import logging
 import time
 
+from codecstream.server.log_setup import log_where_unconfigured
+
 log = logging.getLogger(__name__)
 
 #: The engine process's modules past the packages' own imports, in the order it reaches them; one
@@ -38,6 +40,7 @@ ENGINE_MODULES = (
 
 
 def preload() -> None:
+    log_where_unconfigured()  # the forkserver's own process: nothing configured its logging
     began = time.monotonic()
     import vllm.platforms
     import vllm_omni.platforms

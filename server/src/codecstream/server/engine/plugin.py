@@ -8,6 +8,10 @@ from __future__ import annotations
 
 
 def register_talker_only_pipeline() -> None:
+    # The engine's process configures only vLLM's loggers: codecstream's lines there need their own.
+    from codecstream.server.log_setup import log_where_unconfigured
+
+    log_where_unconfigured()
     # Imports stay inside: this module is imported by vLLM-Omni's plugin loader before the engine
     # has configured itself, and importing model code at that point would do work in every process.
     from codecstream.server.engine.pipeline import (
