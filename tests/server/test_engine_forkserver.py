@@ -88,3 +88,5 @@ def test_with_the_forkserver_a_killed_engine_is_forked_again_and_serves(tmp_path
         assert asyncio.run(one_stream()) > 0
         # What codecstream's modules log inside the engine's process reaches the server's log.
         assert "INFO codecstream.server.engine.talker_model: codecstream's code predictor:" in server.output()
+        # The restart reused the forkserver, and the log says it started one only once.
+        assert server.output().count("engine processes fork from a forkserver") == 1

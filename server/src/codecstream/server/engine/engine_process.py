@@ -52,8 +52,10 @@ def start_forkserver() -> None:
     context.set_forkserver_preload(list(PRELOAD))
     from multiprocessing import forkserver
 
+    running = forkserver._forkserver._forkserver_pid  # the stdlib's one forkserver, as stop_forkserver
     forkserver.ensure_running()
-    log.info("engine processes fork from a forkserver that imports %s once", ", ".join(PRELOAD))
+    if forkserver._forkserver._forkserver_pid != running:  # not the one a restart reuses
+        log.info("engine processes fork from a forkserver that imports %s once", ", ".join(PRELOAD))
 
 
 def stop_forkserver() -> None:
