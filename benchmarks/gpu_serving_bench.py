@@ -628,6 +628,11 @@ def passed(row: dict) -> bool:
     return row["arrivals"] > 0 and row["failed"] == 0 and row["underrunning_streams"] == 0
 
 
+def highest_rate_without_underrun(rows: list[dict]) -> float | None:
+    clean = [row["rate"] for row in rows if passed(row)]
+    return max(clean) if clean else None
+
+
 async def run_system(system, args, prompts: list[str], save) -> tuple[list[dict], dict | None]:
     """Each rate of args.rates in turn, then (with --soak) the soak's load and every rate again;
     `save(rows, soak)` after each, so that a run cut short (a device command ends at 10 minutes)
@@ -888,9 +893,8 @@ def main() -> int:
             "rates": rows,
         }
         if soak is not None:
-            clean = [row["rate"] for row in soak["rates"] if passed(row)]
             entry["after_soak"] = {
-                "highest_rate_without_underrun": max(clean) if clean else None,
+                "highest_rate_without_underrun": highest_rate_without_underrun(soak["rates"]),
                 "step_interval_change": step_interval_change(rows, soak["rates"]),
                 **soak,
             }
@@ -907,8 +911,8 @@ def main() -> int:
             entry["earlier_commands"] = [*earlier.get("earlier_commands", []), earlier["command"]]
             if soak is None and "after_soak" in earlier:
                 entry["after_soak"] = earlier["after_soak"]
-        clean = [row["rate"] for row in entry["rates"] if passed(row)]
-        record["systems"][system.name] = {"highest_rate_without_underrun": max(clean) if clean else None, **entry}
+        best = highest_rate_without_underrun(entry["rates"])
+        record["systems"][system.name] = {"highest_rate_without_underrun": best, **entry}
         entry = record["systems"][system.name]
         write_record(record, out, plot)
         return entry

@@ -50,11 +50,10 @@ def start_forkserver() -> None:
         return
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
-    from multiprocessing import forkserver
-
-    running = forkserver._forkserver._forkserver_pid  # the stdlib's one forkserver, as stop_forkserver
-    forkserver.ensure_running()
-    if forkserver._forkserver._forkserver_pid != running:  # not the one a restart reuses
+    server = _stdlib_forkserver()
+    running = server._forkserver_pid
+    server.ensure_running()
+    if server._forkserver_pid != running:  # not the one a restart reuses
         log.info("engine processes fork from a forkserver that imports %s once", ", ".join(PRELOAD))
 
 
@@ -62,10 +61,8 @@ def stop_forkserver() -> None:
     """End the forkserver with the server's process, at once: it may still be importing (then it
     reads nothing from the server yet), and it writes to the server's stderr, whose last line is
     the server's reason for exiting. A no-op when none runs."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver  # the stdlib's one forkserver; no public handle exists
-    pid = getattr(server, "_forkserver_pid", None)
+    server = _stdlib_forkserver()
+    pid = server._forkserver_pid
     if pid is None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -73,6 +70,13 @@ def stop_forkserver() -> None:
     # Closes its pipe and reaps it; a stopped start's cleanup may have reaped it already.
     with contextlib.suppress(ChildProcessError):
         server._stop()
+
+
+def _stdlib_forkserver() -> Any:
+    """The stdlib's one forkserver of this process: no public handle exists to its pid or its stop."""
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver
 
 
 def use_forkserver_for_engines() -> None:
