@@ -87,6 +87,32 @@ def test_a_freed_row_is_cleared_before_its_next_request_uses_it():
     assert len(table) == 1
 
 
+def test_a_decode_batch_that_changes_marks_its_own_rows():
+    # A step reuses the last step's rows while its batch is the same: a freed request, a new one in
+    # its place, another order, a request penalized only now, must each mark their own rows.
+    table = DevicePenalties()
+    table.attach(VOCABULARY, rows=2, device="cpu")
+    admitted(table, "a", 2.0)
+    admitted(table, "b", 2.0)
+    table.mark(["a", "b"], torch.tensor([1, 2]))
+    table.mark(["a", "b"], torch.tensor([3, 4]))
+    table.release("a")
+    admitted(table, "c", 2.0)  # takes a's freed row
+    table.mark(["c", "b"], torch.tensor([5, 6]))
+    table.mark(["b", "c"], torch.tensor([7, 8]))
+    table.mark(["b", "d"], torch.tensor([9, 10]))  # d is not penalized yet
+    admitted(table, "d", 2.0)
+    table.mark(["b", "d"], torch.tensor([11, 12]))
+
+    def penalized(request_id):
+        got = table.apply(torch.ones(1, VOCABULARY), [request_id])
+        return [index for index, value in enumerate(got[0].tolist()) if value != 1.0]
+
+    assert penalized("b") == [2, 4, 6, 7, 9, 11]
+    assert penalized("c") == [5, 8]
+    assert penalized("d") == [12]
+
+
 def test_a_batch_without_penalized_rows_is_returned_as_it_came():
     table = DevicePenalties()
     table.attach(VOCABULARY, rows=2, device="cpu")

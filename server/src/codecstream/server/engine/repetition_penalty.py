@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -60,6 +60,8 @@ class DevicePenalties:
         #: The last batch's request ids and their device rows and penalties, reused while the
         #: batch stays the same (most steps).
         self._batch: tuple[list[str], torch.Tensor, torch.Tensor] | None = None
+        #: The last decode batch's request ids and where `mark` writes for them, reused likewise.
+        self._marked: tuple[list[str], _Located | None] | None = None
 
     def attach(self, vocabulary: int, rows: int, device: torch.device | str) -> None:
         """Made by the model, which knows the vocabulary, the batch and the device."""
@@ -68,6 +70,7 @@ class DevicePenalties:
         self._free_rows = list(range(len(self._seen)))
         self._row.clear()
         self._batch = None
+        self._marked = None
 
     def admit(self, request_id: str, sampling_params: Any) -> None:
         """A request arrives (the scheduler): keep its penalty, if it carries one. Where no talker
@@ -80,6 +83,7 @@ class DevicePenalties:
             sampling_params.repetition_penalty = float(extra[EXTRA_ARGS_KEY])
             return
         self._penalty[request_id] = float(extra[EXTRA_ARGS_KEY])
+        self._marked = None
 
     def release(self, request_id: str) -> None:
         """A request is freed (the scheduler): its row goes back. The device work already queued
@@ -89,6 +93,7 @@ class DevicePenalties:
         if row is not None:
             self._free_rows.append(row)
             self._batch = None
+            self._marked = None
 
     def __len__(self) -> int:
         return len(self._penalty)
@@ -100,19 +105,36 @@ class DevicePenalties:
             return
         ids = token_ids.reshape(-1).to(torch.long)
         if len(request_ids) == 1:
-            rows = [self._row_of(request_ids[0])] * int(ids.numel())
+            located = self._locate([self._row_of(request_ids[0])] * int(ids.numel()), ids.device)
         else:
-            rows = [self._row_of(request_id) for request_id in request_ids]
-        keep = [index for index, row in enumerate(rows) if row is not None]
-        if not keep:
+            located = self._located_batch(list(request_ids), ids.device)
+        if located is None:
             return
-        if len(keep) != len(rows):
-            ids = ids[torch.tensor(keep, dtype=torch.long).to(ids.device, non_blocking=True)]
-            rows = [rows[index] for index in keep]
+        if located.keep is not None:
+            ids = ids[located.keep]
         outside = (ids < 0) | (ids >= self._vocabulary)
         ids = ids.masked_fill(outside, self._vocabulary)
-        device_rows = torch.tensor(rows, dtype=torch.long).to(self._seen.device, non_blocking=True)
-        self._seen[device_rows, ids] = True
+        self._seen[located.rows, ids] = True
+
+    def _located_batch(self, request_ids: list[str], device: torch.device) -> _Located | None:
+        """Where a decode batch's ids go: the same as last step's while the batch is unchanged
+        (most steps), so a step builds and copies nothing per request."""
+        if self._marked is not None and self._marked[0] == request_ids:
+            return self._marked[1]
+        located = self._locate([self._row_of(request_id) for request_id in request_ids], device)
+        self._marked = (request_ids, located)
+        return located
+
+    def _locate(self, rows: list[int | None], ids_device: torch.device) -> _Located | None:
+        keep = [index for index, row in enumerate(rows) if row is not None]
+        if not keep:
+            return None
+        keep_rows = None
+        if len(keep) != len(rows):
+            keep_rows = torch.tensor(keep, dtype=torch.long).to(ids_device, non_blocking=True)
+            rows = [rows[index] for index in keep]
+        assert self._seen is not None
+        return _Located(keep_rows, torch.tensor(rows, dtype=torch.long).to(self._seen.device, non_blocking=True))
 
     def apply(self, logits: torch.Tensor, request_ids: Sequence[str]) -> torch.Tensor:
         """The batch's logits (rows in `request_ids` order) penalized as vLLM's sampler would, in
@@ -171,6 +193,13 @@ class DevicePenalties:
         self._row[request_id] = row
         self._batch = None
         return row
+
+
+class _Located(NamedTuple):
+    """Where `mark` writes: which of the given ids are penalized (None: all), and their rows."""
+
+    keep: torch.Tensor | None
+    rows: torch.Tensor
 
 
 #: This engine process's table (the model attaches its device tensors).
