@@ -208,7 +208,8 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         hidden = info.setdefault("hidden_states", {})
         tail = hidden.get("trailing_text")
         # As the prompt builder makes text rows: the text embedding, projected into the talker's width.
-        ids_tensor = torch.tensor([ids], dtype=torch.long, device=self.text_embedding.weight.device)
+        # Not a device constructor: that waits for every step queued before it (see compute_logits).
+        ids_tensor = torch.tensor([ids], dtype=torch.long).to(self.text_embedding.weight.device, non_blocking=True)
         rows = self.text_projection(self.text_embedding(ids_tensor)).reshape(len(ids), -1)
         if isinstance(tail, torch.Tensor) and tail.ndim == 2:
             hidden["trailing_text"] = torch.cat([tail, rows.to(device=tail.device, dtype=tail.dtype)]).detach()
@@ -224,8 +225,15 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         logits = DEVICE_PENALTIES.apply(logits, request_ids)
         if not len(TEXT_FEEDS):
             return logits
-        early = [not feed.eos_fed() if (feed := TEXT_FEEDS.get(rid)) is not None else False for rid in request_ids]
-        if any(early):
-            rows = torch.tensor(early, device=logits.device, dtype=torch.bool)
+        early = [
+            row
+            for row, request_id in enumerate(request_ids)
+            if (feed := TEXT_FEEDS.get(request_id)) is not None and not feed.eos_fed()
+        ]
+        if early:
+            # A device tensor made from host data waits for the GPU to finish all the work queued
+            # before it, which under asynchronous scheduling is the step before: an enqueued copy
+            # keeps the host preparing ahead on every step that runs a growing request.
+            rows = torch.tensor(early, dtype=torch.long).to(logits.device, non_blocking=True)
             logits[rows, int(self.talker_config.codec_eos_token_id)] = float("-inf")
         return logits
