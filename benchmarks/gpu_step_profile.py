@@ -329,7 +329,8 @@ async def run(args, checkpoint: pathlib.Path, deploy: pathlib.Path, prompts: lis
             row = with_floor(await profile_batch(source, size, args, prompts, traces), floor)
             rows.append(row)
             print(
-                f"[gpu_step_profile] batch {size}: step {row['step_ms']} ms, GPU busy {row['gpu_busy_ms']} ms,"
+                f"[gpu_step_profile] batch {size}: step {row['step_ms_unprofiled']} ms unprofiled,"
+                f" {row['step_ms']} ms profiled, GPU busy {row['gpu_busy_ms']} ms,"
                 f" model runner {row['model_runner_ms']} ms, floor {row.get('hbm_floor_ms')} ms",
                 file=sys.stderr,
                 flush=True,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -59,19 +59,26 @@ class CodePredictorNoise:
         """Draw the noise of the next decode rows, in the order the runner lines them up; each info
         is the runner's per-request dict (its seed, prompt length and tokens computed so far)."""
         infos = list(req_infos)
-        first, end = self._next_row, self._next_row + len(infos)
+        seeds = [info.get("_omni_seed") for info in infos]
+        frames = [
+            int(info.get("_omni_num_computed_tokens") or 0) - int(info.get("_omni_prompt_len") or 0) for info in infos
+        ]
+        self.fill_rows(seeds, frames)
+
+    def fill_rows(self, seeds: Sequence[int | None], frames: Sequence[int]) -> None:
+        """Draw the noise of the next decode rows: each row's request seed (None: unseeded) and the
+        frame it samples (tokens computed minus the prompt's)."""
+        first, end = self._next_row, self._next_row + len(seeds)
         if end > len(self.uniforms):
             raise RuntimeError(f"more decode rows in one step than the {len(self.uniforms)} the noise holds")
         self._next_row = end
         # Every row from the default generator in one launch (a launch per row cost the host
         # ~64 kernel launches a step at batch 64), then each seeded row redrawn from its own.
         self.uniforms[first:end].uniform_(_EPS, 1.0 - _EPS)
-        for row, info in enumerate(infos, start=first):
-            seed = info.get("_omni_seed")
+        for row, (seed, frame) in enumerate(zip(seeds, frames, strict=True), start=first):
             if seed is None:
                 continue
-            frame = int(info.get("_omni_num_computed_tokens") or 0) - int(info.get("_omni_prompt_len") or 0)
-            self._generator.manual_seed(noise_seed(int(seed), frame))
+            self._generator.manual_seed(noise_seed(int(seed), int(frame)))
             self.uniforms[row].uniform_(_EPS, 1.0 - _EPS, generator=self._generator)
 
     def rows(self, count: int) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """vLLM-Omni's AR and generation model runners on vLLM's CPU worker.
 
-Each runner class composes by inheritance: vLLM-Omni's runner first (its omni hooks: per-step
+Each runner class composes by inheritance: for the talker, codecstream's decode-only step first
+(decode_step.py, as in the CUDA worker, gpu_workers.py); then vLLM-Omni's runner (its omni hooks: per-step
 multimodal outputs, the talker's MTP code predictor, prompt embeddings), then vLLM's
 CPUModelRunner (CPU device handling: no CUDA streams or events, CPU tensors in place of device
 buffers, CPU kernels for the Triton helpers), then vLLM's GPUModelRunner underneath both. The
@@ -10,6 +11,7 @@ worker mixin, mirroring vLLM-Omni's own XPU workers.
 
 from __future__ import annotations
 
+from codecstream.server.engine.decode_step import DecodeStepRunner
 from vllm.logger import init_logger
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.cpu_worker import CPUWorker
@@ -42,7 +44,7 @@ class _CudaGraphFreeTalkerMTP:
             compilation_config.max_cudagraph_capture_size = capture_size
 
 
-class CpuARModelRunner(_CudaGraphFreeTalkerMTP, GPUARModelRunner, CPUModelRunner):
+class CpuARModelRunner(DecodeStepRunner, _CudaGraphFreeTalkerMTP, GPUARModelRunner, CPUModelRunner):
     pass
 
 

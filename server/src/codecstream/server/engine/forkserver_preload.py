@@ -31,6 +31,7 @@ ENGINE_MODULES = (
     "vllm.v1.worker.gpu_model_runner",
     "vllm_omni.worker.gpu_ar_worker",
     "vllm_omni.worker.gpu_ar_model_runner",
+    "codecstream.server.engine.gpu_workers",
     "vllm.v1.attention.backends.flash_attn",
     "vllm.model_executor.model_loader",
     "vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker",

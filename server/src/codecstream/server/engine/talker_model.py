@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -188,6 +189,49 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 step_outputs.drop_code2wav_meta(update)
         return batch
 
+    def decode_step_inputs(
+        self,
+        input_ids: torch.Tensor,
+        request_ids: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        seeds: Sequence[int | None],
+        frames: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """A decode-only step's inputs in batch operations (decode_step.py): (the codebook-0
+        embeddings, the talker's last hidden rows, the text rows), each [B, H], for `input_ids` [B]
+        (each request's last codebook-0 id), its requests' runner buffers, seeds and frame indices.
+
+        The same as preprocess_decode_batch (ours, then upstream's) row for row, and it leaves each
+        request's buffer as that would (its text offset, its trailing text compacted at the same
+        frames), so a later step may take either path; it only builds no per-request tensors or
+        update dicts. None where a buffer is laid out otherwise (its state nested in
+        `additional_information`): the caller then takes the general path."""
+        rows = int(input_ids.shape[0])
+        if not self._batched_outputs or any("additional_information" in info for info in infos):
+            return None
+        if len(TEXT_FEEDS):
+            for request_id, info in zip(request_ids, infos, strict=True):
+                if (feed := TEXT_FEEDS.get(request_id)) is not None:
+                    self._grow(info, feed)
+        if self._noise is not None:
+            self._noise.fill_rows(seeds, frames)
+        if DEVICE_PENALTIES:
+            DEVICE_PENALTIES.mark(request_ids, input_ids)
+        device, dtype = input_ids.device, self._embedding_dtype
+        pad = self._tts_pad_embed.to(device=device, dtype=dtype).reshape(-1)
+        text_rows: list[torch.Tensor] = []
+        last_rows: list[torch.Tensor] = []
+        for info in infos:
+            text_rows.append(_next_text_row(info, pad))
+            last = info.get("hidden_states", {}).get("last")
+            if not isinstance(last, torch.Tensor):
+                # As upstream: a step can run before the request's last hidden row is kept.
+                last = torch.zeros_like(pad)
+            last_rows.append(last.reshape(-1))
+        embeds = self.embed_input_ids(input_ids.reshape(-1, 1).to(torch.long)).to(dtype).reshape(rows, -1)
+        last_hidden = torch.stack(last_rows).to(device=device, dtype=dtype)
+        return embeds, last_hidden, torch.stack(text_rows).to(dtype)
+
     def make_omni_output(self, model_outputs: Any, **kwargs: Any) -> OmniOutput:
         if not self._batched_outputs or isinstance(model_outputs, OmniOutput):
             return super().make_omni_output(model_outputs, **kwargs)
@@ -237,3 +281,41 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             rows = torch.tensor(early, dtype=torch.long).to(logits.device, non_blocking=True)
             logits[rows, int(self.talker_config.codec_eos_token_id)] = float("-inf")
         return logits
+
+
+def _next_text_row(info: dict[str, Any], pad: torch.Tensor) -> torch.Tensor:
+    """This decode step's text row for one request, its buffer advanced as upstream's batched
+    decode preprocess advances it: the next row of its trailing text, or the pad row once that is
+    read; the text offset kept in `meta`, the read part of the text dropped (compacted) where
+    upstream drops it."""
+    hidden = info.setdefault("hidden_states", {})
+    meta = info.setdefault("meta", {})
+    if not isinstance(meta.get("codec_streaming"), bool):
+        streaming = meta.get("codec_streaming")
+        streaming = streaming[0] if isinstance(streaming, list) and streaming else streaming
+        task_type = (info.get("task_type") or ["CustomVoice"])[0]
+        meta["codec_streaming"] = streaming if isinstance(streaming, bool) else task_type == "Base"
+    tail = hidden.get("trailing_text")
+    offset = max(0, int(meta.get("talker_text_offset", 0) or 0))
+    if not isinstance(tail, torch.Tensor) or tail.ndim != 2:
+        meta["talker_text_offset"] = offset
+        return pad
+    length = int(tail.shape[0])
+    if offset >= length:
+        meta["talker_text_offset"] = 0
+        if length:
+            hidden["trailing_text"] = tail.new_empty((0, tail.shape[1]))
+        return pad
+    row = tail[offset]
+    following = offset + 1
+    if following >= length or (following >= _TEXT_COMPACT_MIN_FRAMES and following * 2 >= length):
+        # A copy, as upstream's buffer update makes: the read rows' memory goes.
+        hidden["trailing_text"] = tail[following:].clone() if following < length else tail.new_empty((0, tail.shape[1]))
+        following = 0
+    meta["talker_text_offset"] = following
+    return row
+
+
+#: Upstream's threshold for dropping the read part of a trailing text (its
+#: _TRAILING_TEXT_COMPACT_MIN_FRAMES): the same frames, so both paths leave the same buffers.
+_TEXT_COMPACT_MIN_FRAMES = 64

@@ -218,6 +218,10 @@ class VllmTalkerSource(CodeSource):
         """Growing requests the engine opened since it started (counted by the engine)."""
         return await self._running().workers.growing_requests_opened()
 
+    async def decode_only_steps(self) -> int:
+        """Steps the engine prepared on codecstream's decode-only path since it started (decode_step.py)."""
+        return await self._running().workers.decode_only_steps()
+
     async def profile_steps(self, seconds: float, trace_path: Path) -> None:
         """Record the talker worker's CPU ops and GPU kernels for `seconds` of whatever it is running
         and write them as a Chrome trace to `trace_path` (the worker runs on this host)."""

@@ -34,6 +34,10 @@ class EngineIntrospection:
         """Growing requests opened since the engine started (counted by the engine)."""
         return TEXT_FEEDS.opened
 
+    def codecstream_decode_only_steps(self) -> int:
+        """Steps this worker's runner prepared on codecstream's decode-only path (decode_step.py)."""
+        return getattr(self.model_runner, "decode_only_steps", 0)
+
     def codecstream_profile_start(self) -> None:
         """Record this worker process's CPU ops and, on CUDA, its GPU kernels until
         `codecstream_profile_stop` (benchmarks/gpu_step_profile.py: where a decode step's time goes).

@@ -50,6 +50,10 @@ class TalkerWorkers:
         """Growing requests the engine opened since it started (counted by the engine)."""
         return _count(await self._call(EngineIntrospection.codecstream_text_requests_opened), "growing requests")
 
+    async def decode_only_steps(self) -> int:
+        """Steps the runners prepared on codecstream's decode-only path (decode_step.py)."""
+        return _count(await self._call(EngineIntrospection.codecstream_decode_only_steps), "decode-only steps")
+
     async def start_profile(self) -> None:
         await self._call(EngineIntrospection.codecstream_profile_start)
 
