@@ -46,6 +46,17 @@ def test_vllm_s_start_method_stands_where_it_is_not_spawn():
     assert EngineProcessContext(lambda: fork).checked() is fork
 
 
+def test_engines_fork_from_the_forkserver_where_the_caller_has_initialized_cuda(monkeypatch):
+    # On a GPU host the server's own process has CUDA initialized by the time it starts an engine
+    # (the H100 lane, 12b9d0d: every engine process was spawned, 37 s of imports each). A forkserver's
+    # child does not inherit its caller's CUDA state, only the forkserver's, which never touches CUDA.
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    context = EngineProcessContext(lambda: multiprocessing.get_context("spawn")).checked()
+    assert isinstance(context, EngineProcessContext)
+
+
 def test_on_unless_set_to_0(monkeypatch):
     monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
     assert engine_process.enabled()

@@ -119,10 +119,13 @@ class EngineProcessContext:
         self._context = multiprocessing.get_context("forkserver")
 
     def checked(self) -> EngineProcessContext:
-        # vLLM's own checks and environment fixes first (it forces spawn where CUDA is already
-        # initialized in this process: then no fork of any kind is safe).
+        # vLLM's own checks and environment fixes first; its choice stands where it is not spawn.
+        # Where CUDA is initialized in this process vLLM forces spawn because a fork of this
+        # process would inherit it; a forkserver's child inherits nothing of this process, only
+        # the forkserver's state, which never touches CUDA. On a GPU host the server's process has
+        # CUDA initialized by the time it starts an engine, so that check must not apply here.
         vllm_context = self._vllm_get_mp_context()
-        if vllm_context.get_start_method() != "spawn" or _cuda_initialized():
+        if vllm_context.get_start_method() != "spawn":
             return vllm_context
         return self
 
@@ -132,9 +135,3 @@ class EngineProcessContext:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
-
-
-def _cuda_initialized() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_initialized())
