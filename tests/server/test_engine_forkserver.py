@@ -101,3 +101,5 @@ def test_with_the_forkserver_a_killed_engine_is_forked_again_and_serves(tmp_path
         assert "INFO codecstream.server.engine.talker_model: codecstream's code predictor:" in server.output()
         # The restart reused the forkserver, and the log says it started one only once.
         assert server.output().count("engine processes fork from a forkserver") == 1
+        # Each engine process says how it started (on the H100 the fall-back to spawn went unseen).
+        assert server.output().count("the engine process forks from the forkserver") == 2

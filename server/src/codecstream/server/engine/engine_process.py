@@ -126,7 +126,9 @@ class EngineProcessContext:
         # CUDA initialized by the time it starts an engine, so that check must not apply here.
         vllm_context = self._vllm_get_mp_context()
         if vllm_context.get_start_method() != "spawn":
+            log.info("the engine process starts by %s, vLLM's choice", vllm_context.get_start_method())
             return vllm_context
+        log.info("the engine process forks from the forkserver")
         return self
 
     def Process(self, *, target: Callable, args: tuple = (), kwargs: dict | None = None, **options: Any):
