@@ -5,9 +5,8 @@ vLLM-Omni's v1 AR runner prepares a step request by request. For each it fills a
 request's state, slices out its input id, hands all of them to the talker's batched decode hook
 (upstream's walks the requests again, slicing each one's text row and hidden row and returning an
 update dict per request), then merges each update back into the request's buffer. That is tens of
-small host operations per request and step, and a step's host time grows with its batch (H100,
-1.7B shape: 6.6 ms unprofiled at one stream, 14.6 ms at 64, against 5.5-8.2 ms of GPU work;
-benchmarks/results/gpu_step_profile.json), so the GPU waits for the host.
+small host operations per request and step, and a step's host time grows with its batch past the
+GPU's own work, so the GPU waits for the host (docs/performance.md, "The decode step").
 
 Nearly every step of a TTS server decodes only: each request scheduled for exactly one token, past
 its prompt. For such a step this runner (in front of vLLM-Omni's, in the CUDA and the CPU workers)
