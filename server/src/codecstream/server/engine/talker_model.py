@@ -37,7 +37,11 @@ from codecstream.server.engine.code_predictor_noise import CodePredictorNoise
 from codecstream.server.engine.repetition_penalty import DEVICE_PENALTIES
 from codecstream.server.engine.text_feed import TEXT_FEEDS, TextFeed
 from vllm_omni.model_executor.models.output_templates import OmniOutput
-from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
+from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import (
+    # Upstream's threshold for dropping the read part of a trailing text: the same frames on both paths.
+    _TRAILING_TEXT_COMPACT_MIN_FRAMES,
+    Qwen3TTSTalkerForConditionalGeneration,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +178,9 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         return input_ids_out, embeds, update
 
     def preprocess_decode_batch(self, *, input_ids: torch.Tensor, req_infos: list[dict[str, Any]], **kwargs: Any):
-        for info in req_infos:
-            feed = TEXT_FEEDS.get(info.get("request_id", ""))
-            if feed is not None:
-                self._grow(info, feed)
+        self._start_decode_rows(input_ids, [info.get("request_id", "") for info in req_infos], req_infos)
         if self._noise is not None:
             self._noise.fill(req_infos)
-        if DEVICE_PENALTIES:  # no per-row list to build while nothing running is penalized
-            # Each row's input is the codebook-0 id its request sampled last step.
-            DEVICE_PENALTIES.mark([info.get("request_id", "") for info in req_infos], input_ids)
         batch = super().preprocess_decode_batch(input_ids=input_ids, req_infos=req_infos, **kwargs)
         if self._batched_outputs:
             for update in batch[-1]:
@@ -209,14 +207,9 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         rows = int(input_ids.shape[0])
         if not self._batched_outputs or any("additional_information" in info for info in infos):
             return None
-        if len(TEXT_FEEDS):
-            for request_id, info in zip(request_ids, infos, strict=True):
-                if (feed := TEXT_FEEDS.get(request_id)) is not None:
-                    self._grow(info, feed)
+        self._start_decode_rows(input_ids, request_ids, infos)
         if self._noise is not None:
             self._noise.fill_rows(seeds, frames)
-        if DEVICE_PENALTIES:
-            DEVICE_PENALTIES.mark(request_ids, input_ids)
         device, dtype = input_ids.device, self._embedding_dtype
         pad = self._tts_pad_embed.to(device=device, dtype=dtype).reshape(-1)
         text_rows: list[torch.Tensor] = []
@@ -231,6 +224,19 @@ class CodecStreamingQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         embeds = self.embed_input_ids(input_ids.reshape(-1, 1).to(torch.long)).to(dtype).reshape(rows, -1)
         last_hidden = torch.stack(last_rows).to(device=device, dtype=dtype)
         return embeds, last_hidden, torch.stack(text_rows).to(dtype)
+
+    def _start_decode_rows(
+        self, input_ids: torch.Tensor, request_ids: Sequence[str], infos: Sequence[dict[str, Any]]
+    ) -> None:
+        """What a decode step does first on either path: each growing request's newly fed text
+        appended before the step reads it, and each row's input (the codebook-0 id its request
+        sampled last step) marked seen for the repetition penalty."""
+        if len(TEXT_FEEDS):
+            for request_id, info in zip(request_ids, infos, strict=True):
+                if (feed := TEXT_FEEDS.get(request_id)) is not None:
+                    self._grow(info, feed)
+        if DEVICE_PENALTIES:  # no per-row work while nothing running is penalized
+            DEVICE_PENALTIES.mark(request_ids, input_ids)
 
     def make_omni_output(self, model_outputs: Any, **kwargs: Any) -> OmniOutput:
         if not self._batched_outputs or isinstance(model_outputs, OmniOutput):
@@ -308,14 +314,9 @@ def _next_text_row(info: dict[str, Any], pad: torch.Tensor) -> torch.Tensor:
         return pad
     row = tail[offset]
     following = offset + 1
-    if following >= length or (following >= _TEXT_COMPACT_MIN_FRAMES and following * 2 >= length):
+    if following >= length or (following >= _TRAILING_TEXT_COMPACT_MIN_FRAMES and following * 2 >= length):
         # A copy, as upstream's buffer update makes: the read rows' memory goes.
         hidden["trailing_text"] = tail[following:].clone() if following < length else tail.new_empty((0, tail.shape[1]))
         following = 0
     meta["talker_text_offset"] = following
     return row
-
-
-#: Upstream's threshold for dropping the read part of a trailing text (its
-#: _TRAILING_TEXT_COMPACT_MIN_FRAMES): the same frames, so both paths leave the same buffers.
-_TEXT_COMPACT_MIN_FRAMES = 64
