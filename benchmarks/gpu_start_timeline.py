@@ -14,7 +14,16 @@ phases add up to the start. Run the server with its log kept, then:
 `LABEL=LOG:SECONDS`: SECONDS is the wall time from process start to serving as measured outside the
 server (the lane's start_to_serving_s, or a shell's clock), which puts the process's start on the
 log's time line. A log that holds several starts (an engine restart) is read at its first; add
-`@N` after the path for the N-th (1-based). Writes benchmarks/results/gpu_start_timeline.json and a PNG.
+`@N` after the path for the N-th (1-based).
+
+Or let it run the three starts an operator meets, one server process after another, and read their logs:
+
+    python3 benchmarks/gpu_start_timeline.py --device "NVIDIA H100 80GB HBM3" --run /tmp/ck17 --label 1.7b
+
+cold: a new server with an empty engine cache (--engine-cache, emptied first; on a fresh host, its
+first start); restart: that server's engine process killed, seconds from the kill to serving again;
+warm: a new server with the cache the cold one filled. The servers' logs go to --log-dir.
+Writes benchmarks/results/gpu_start_timeline.json and a PNG.
 """
 
 from __future__ import annotations
@@ -22,7 +31,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import pathlib
 import re
+import shutil
+import tempfile
+import time
 
 from bench_record import RESULTS, machine, write_record
 
@@ -78,13 +91,66 @@ def timeline(log_text: str, to_serving_s: float, nth: int = 1, year: int = 2026)
     return phases
 
 
+#: The longest a start or a restart may take before the run gives up (a cold 1.7B start took 387 s once).
+START_TIMEOUT_S = 900.0
+
+
+def run_starts(checkpoint: pathlib.Path, label: str, log_dir: pathlib.Path, cache: pathlib.Path) -> list[str]:
+    """A cold start, its engine killed and restarted, then a warm start: their --start specs."""
+    import grpc
+    from codecstream.testing.server_process import SERVING, ServerProcess
+    from codecstream.testing.waiting import wait_for
+
+    shutil.rmtree(cache, ignore_errors=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    arguments = ["--model", str(checkpoint), "--engine-cache", str(cache)]
+    cold_log, warm_log = log_dir / f"start_{label}_cold.log", log_dir / f"start_{label}_warm.log"
+
+    def serving(server: ServerProcess) -> bool:
+        try:
+            return server.health(timeout_s=1) == SERVING
+        except grpc.RpcError:  # no answer while it restarts is as good as not serving
+            return False
+
+    with ServerProcess(arguments, log=cold_log) as server:
+        cold_s = server.wait_until_serving(START_TIMEOUT_S)
+        print(f"{label} cold: serving {cold_s:.1f} s after its start", flush=True)
+        cores = server.engine_cores()
+        if not cores:
+            raise SystemExit("no engine process found to kill")
+        for core in cores:
+            core.kill()
+        killed_at = time.monotonic()
+        wait_for(lambda: not serving(server), 60, "not serving after the engine's kill")
+        wait_for(lambda: serving(server), START_TIMEOUT_S, "serving again after the engine's kill")
+        restart_s = time.monotonic() - killed_at
+        print(f"{label} restart: serving again {restart_s:.1f} s after the kill", flush=True)
+    with ServerProcess(arguments, log=warm_log) as server:
+        warm_s = server.wait_until_serving(START_TIMEOUT_S)
+        print(f"{label} warm: serving {warm_s:.1f} s after its start", flush=True)
+    return [
+        f"{label} cold={cold_log}:{cold_s:.1f}",
+        f"{label} restart={cold_log}@2:{restart_s:.1f}",
+        f"{label} warm={warm_log}:{warm_s:.1f}",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--start", action="append", required=True, metavar="LABEL=LOG[@N]:SECONDS")
+    parser.add_argument("--start", action="append", default=[], metavar="LABEL=LOG[@N]:SECONDS")
+    parser.add_argument("--run", type=pathlib.Path, metavar="CHECKPOINT", help="run cold, restart and warm starts")
+    parser.add_argument("--label", default="", help="--run: the starts' label prefix (the checkpoint's shape)")
+    parser.add_argument("--log-dir", type=pathlib.Path, default=RESULTS / "gpu_start_logs", help="--run: the logs")
+    parser.add_argument("--engine-cache", type=pathlib.Path, help="--run: the engine cache (emptied first)")
     parser.add_argument("--device", required=True, help="the GPU the starts ran on, in words")
     parser.add_argument("--note", default="", help="what differed between the starts")
     parser.add_argument("--out", default="gpu_start_timeline")
     args = parser.parse_args()
+    if not args.start and not args.run:
+        parser.error("give --start LABEL=LOG:SECONDS or --run CHECKPOINT")
+    if args.run:
+        cache = args.engine_cache or pathlib.Path(tempfile.mkdtemp(prefix="codecstream-engine-cache-"))
+        args.start += run_starts(args.run, args.label or args.run.name, args.log_dir, cache)
     starts = {}
     for spec in args.start:
         label, _, rest = spec.partition("=")

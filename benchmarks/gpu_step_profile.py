@@ -279,6 +279,9 @@ class Batch:
 async def profile_batch(source, size: int, args, prompts: list[str], traces: pathlib.Path) -> dict:
     batch = Batch(source, size, prompts)
     await batch.open(args.max_frames)
+    print(
+        f"[gpu_step_profile] batch {size}: {size} streams open, settling {args.settle:g} s", file=sys.stderr, flush=True
+    )
     try:
         # The frame rate without the profiler (one frame per stream per step), over the settle's
         # second half: recording every op slows the host, and writing the trace stalls the engine.

@@ -14,6 +14,7 @@ def register_talker_only_pipeline() -> None:
     log_where_unconfigured()
     # Imports stay inside: this module is imported by vLLM-Omni's plugin loader before the engine
     # has configured itself, and importing model code at that point would do work in every process.
+    from codecstream.server.engine import talker_registration
     from codecstream.server.engine.pipeline import (
         PIPELINE_NAME,
         TALKER_ARCH,
@@ -28,7 +29,7 @@ def register_talker_only_pipeline() -> None:
     # stage configs resolve it through its own: the talker must be known to both.
     for registry in (ModelRegistry, OmniModelRegistry):
         if TALKER_ARCH not in registry.get_supported_archs():
-            registry.register_model(TALKER_ARCH, TALKER_CLASS_PATH)
+            talker_registration.register(registry, TALKER_ARCH, TALKER_CLASS_PATH)
 
     if OMNI_PIPELINES.get(PIPELINE_NAME) is not TALKER_ONLY_PIPELINE:
         register_pipeline(TALKER_ONLY_PIPELINE)
