@@ -421,10 +421,11 @@ def main() -> int:
         "command": " ".join(sys.argv),
         "rows": rows,
     }
+    # The record's own stamp is this run's (each entry keeps its own machine and command).
     record = {"benchmark": "gpu_step_profile", "systems": []}
     if args.merge and args.out.exists():
-        record = json.loads(args.out.read_text())
-        record["systems"] = [e for e in record["systems"] if e["label"] != label]
+        kept = json.loads(args.out.read_text())["systems"]
+        record["systems"] = [e for e in kept if e["label"] != label]
     record["systems"].append(entry)
     write_record(record, args.out, plot)
     print(json.dumps(rows, indent=1))

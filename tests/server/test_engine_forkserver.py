@@ -4,8 +4,11 @@ spawn, and the switch is on unless set to 0."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import subprocess
+import sys
 
 import pytest
 from codecstream.server.engine import engine_process
@@ -55,6 +58,71 @@ def test_engines_fork_from_the_forkserver_where_the_caller_has_initialized_cuda(
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     context = EngineProcessContext(lambda: multiprocessing.get_context("spawn")).checked()
     assert isinstance(context, EngineProcessContext)
+
+
+#: A fresh process's forkserver, preloading the modules named as arguments: may its children use CUDA?
+_PROBE = """
+import multiprocessing, sys
+from codecstream.server.engine.engine_process import children_may_use_cuda
+context = multiprocessing.get_context("forkserver")
+context.set_forkserver_preload(sys.argv[1:])
+print(children_may_use_cuda(context))
+"""
+
+
+def test_the_probe_finds_the_forkserver_s_children_marked_where_its_imports_asked_cuda(tmp_path):
+    import torch
+
+    if not hasattr(torch._C, "_cuda_isInBadFork"):
+        pytest.skip("a CPU build of torch marks no fork")
+    # torch marks every fork of a process that asked CUDA anything, its device count included (on a
+    # host without a GPU as well): the mark the H100 lane at f75d9fc hit, where vLLM-Omni's imports
+    # in the forkserver asked for the device's capability.
+    (tmp_path / "asks_cuda.py").write_text("import torch\ntorch.cuda.is_available()\n")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    def probe(*preload: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", _PROBE, *preload], env=environment, capture_output=True, text=True, timeout=300
+        )
+        return run.stdout.split()[-1] if run.stdout.split() else run.stderr[-2000:]
+
+    assert probe("torch") == "True"
+    assert probe("asks_cuda") == "False"
+
+
+def test_on_a_cuda_host_an_engine_process_is_spawned_where_the_forkserver_s_children_cannot_use_cuda(
+    monkeypatch, caplog
+):
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(current_platform, "is_cuda_alike", lambda: True)
+    spawn = multiprocessing.get_context("spawn")
+    monkeypatch.setattr(engine_process, "children_may_use_cuda", lambda context: False)
+    with caplog.at_level(logging.WARNING, logger=engine_process.__name__):
+        assert EngineProcessContext(lambda: spawn).checked() is spawn
+    assert "the forkserver asked CUDA while importing" in caplog.text
+    monkeypatch.setattr(engine_process, "children_may_use_cuda", lambda context: True)
+    assert isinstance(EngineProcessContext(lambda: spawn).checked(), EngineProcessContext)
+
+
+#: The forkserver's preload in a fresh interpreter, with vLLM's platform answering that it is CUDA.
+_PRELOAD_ON_CUDA = """
+import sys
+import vllm.platforms
+vllm.platforms.current_platform.is_cuda_alike = lambda: True
+import codecstream.server.engine.forkserver_preload
+print(sorted({name.split(".")[0] for name in sys.modules if name.startswith("vllm_omni")}))
+"""
+
+
+def test_on_a_cuda_host_the_forkserver_imports_nothing_of_vllm_omni():
+    # vLLM-Omni creates a CUDA context at import (its FP8 patch reads the device's capability).
+    result = subprocess.run(
+        [sys.executable, "-c", _PRELOAD_ON_CUDA], capture_output=True, text=True, timeout=600, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr[-3000:]
+    assert "left to the engine process: vllm_omni.engine.stage_engine_core_proc" in result.stderr
 
 
 def test_on_unless_set_to_0(monkeypatch):
