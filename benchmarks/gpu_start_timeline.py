@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--start", action="append", default=[], metavar="LABEL=LOG[@N]:SECONDS")
     parser.add_argument("--run", type=pathlib.Path, metavar="CHECKPOINT", help="run cold, restart and warm starts")
     parser.add_argument("--label", default="", help="--run: the starts' label prefix (the checkpoint's shape)")
-    parser.add_argument("--log-dir", type=pathlib.Path, default=RESULTS / "gpu_start_logs", help="--run: the logs")
+    parser.add_argument("--log-dir", type=pathlib.Path, help="--run: the servers' logs (default: a new temp folder)")
     parser.add_argument("--engine-cache", type=pathlib.Path, help="--run: the engine cache (emptied first)")
     parser.add_argument("--device", required=True, help="the GPU the starts ran on, in words")
     parser.add_argument("--note", default="", help="what differed between the starts")
@@ -150,7 +150,9 @@ def main() -> None:
         parser.error("give --start LABEL=LOG:SECONDS or --run CHECKPOINT")
     if args.run:
         cache = args.engine_cache or pathlib.Path(tempfile.mkdtemp(prefix="codecstream-engine-cache-"))
-        args.start += run_starts(args.run, args.label or args.run.name, args.log_dir, cache)
+        log_dir = args.log_dir or pathlib.Path(tempfile.mkdtemp(prefix="gpu_start_timeline-"))
+        print(f"the servers' logs: {log_dir}", flush=True)
+        args.start += run_starts(args.run, args.label or args.run.name, log_dir, cache)
     starts = {}
     for spec in args.start:
         label, _, rest = spec.partition("=")

@@ -42,8 +42,7 @@ log = logging.getLogger(__name__)
 #: spawns each, as vLLM-Omni does, to measure the difference (docs/server.md, "Start timeline").
 ENABLE_VARIABLE = "CODECSTREAM_ENGINE_FORKSERVER"
 #: What the forkserver imports once, heaviest first (the last one resolves the platforms and imports
-#: the engine's own modules, vLLM-Omni's where that creates no CUDA context); a module it cannot
-#: import is skipped.
+#: the engine's own modules, vLLM-Omni's only off CUDA hosts); a module it cannot import is skipped.
 PRELOAD = ("torch", "transformers", "vllm", "codecstream.server.engine.forkserver_preload")
 #: The longest the probe of the forkserver's children waits for its answer (the forkserver may
 #: still be importing when the first engine starts).
