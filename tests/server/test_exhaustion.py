@@ -56,7 +56,9 @@ def test_refused_multi_megabyte_requests_are_freed_without_waiting_for_a_full_co
     finally:
         tracemalloc.stop()
         gc.enable()
-    assert held < GARBAGE_AUDIO_BYTES, f"{held / 1e6:.1f} MB still held after {refused} refused requests"
+    # Freed only by a full collection, all six would still be held; the latest may still be
+    # referenced by the call that refused it (CI once saw 6.1 MB held, one request's worth).
+    assert held < 2 * GARBAGE_AUDIO_BYTES, f"{held / 1e6:.1f} MB still held after {refused} refused requests"
 
 
 def test_full_collections_still_run_after_the_engine_s_objects_are_frozen(replay_server_factory):
